@@ -1,0 +1,18 @@
+"""adapterlab: a teaching lab on bottleneck adapters (Houlsby et al. 2019)."""
+
+from .adapter import ACTIVATIONS, INIT_SCHEMES, BottleneckAdapter
+from .placement import (
+    METHODS,
+    PLACEMENTS,
+    PlacementError,
+    add_adapters,
+    adapter_config,
+    apply_method,
+    enabled_layers,
+    remove_adapters,
+    set_adapters_enabled,
+    set_trainable,
+    trainable_summary,
+)
+
+__version__ = "0.1.0"

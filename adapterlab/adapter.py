@@ -1,0 +1,142 @@
+"""The bottleneck adapter of Houlsby et al. (2019), and nothing else.
+
+    Adapter(h) = h + W_up f(W_down h + b_down) + b_up
+
+This module knows nothing of BERT: it maps a hidden state of width ``d_model`` to one of the same
+width through a bottleneck of width ``bottleneck`` (r). Where it goes inside a transformer is
+:mod:`adapterlab.placement`'s business.
+
+Init schemes, and why there are three:
+
+* ``houlsby`` — both matrices drawn from N(0, init_scale²) truncated at ±2·init_scale, biases zero.
+  The paper's text says init_scale = 1e-2; the original code (google-research/adapter-bert,
+  ``modeling.py``) uses 1e-3. Either way the adapter starts *near* the identity.
+* ``zero_up`` — W_up = 0 and W_down Kaiming-uniform, like LoRA's B = 0 / A random. The adapter starts
+  as an *exact* identity, ∂L/∂W_down = 0 at step zero and ∂L/∂W_up ≠ 0.
+* ``bert`` — N(0, 0.02²) on both matrices (BERT's own init, the default of AdapterHub). Not an identity.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+ACTIVATIONS = ("gelu", "relu", "silu", "swish", "tanh", "identity")
+INIT_SCHEMES = ("houlsby", "zero_up", "bert")
+
+#: init_scale of the paper's text (§3.6) and of the original adapter-bert code.
+PAPER_INIT_SCALE = 1e-2
+ORIGINAL_CODE_INIT_SCALE = 1e-3
+BERT_INIT_STD = 0.02
+
+
+def make_activation(name: str) -> nn.Module:
+    """The nonlinearity f by name; ``identity`` gives the linear adapter that collapses to LoRA."""
+    modules = {
+        "gelu": nn.GELU,
+        "relu": nn.ReLU,
+        "silu": nn.SiLU,
+        "swish": nn.SiLU,
+        "tanh": nn.Tanh,
+        "identity": nn.Identity,
+    }
+    if name not in modules:
+        raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}; got {name!r}")
+    return modules[name]()
+
+
+def check_positive_int(name: str, value) -> int:
+    """Sizes must be true integers ≥ 1: a float or a bool would silently truncate or mislead."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1; got {value!r}")
+    return value
+
+
+def check_init_scale(value) -> float:
+    """A standard deviation: finite and non-negative (0 gives a zero-initialised adapter)."""
+    try:
+        scale = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"init_scale must be a finite number >= 0; got {value!r}") from None
+    if not math.isfinite(scale) or scale < 0:
+        raise ValueError(f"init_scale must be a finite number >= 0 (the paper uses 1e-2); got {value!r}")
+    return scale
+
+
+def check_init(init: str) -> str:
+    if init not in INIT_SCHEMES:
+        raise ValueError(f"init must be one of {', '.join(INIT_SCHEMES)}; got {init!r}")
+    return init
+
+
+class BottleneckAdapter(nn.Module):
+    """h + up(f(down(h))): a residual two-layer MLP through a bottleneck of width r.
+
+    Parameters: 2·r·d + r + d with biases, 2·r·d without.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        bottleneck: int,
+        activation: str = "gelu",
+        init: str = "houlsby",
+        init_scale: float = PAPER_INIT_SCALE,
+        bias: bool = True,
+    ):
+        super().__init__()
+        self.d_model = check_positive_int("d_model", d_model)
+        self.bottleneck = check_positive_int("bottleneck", bottleneck)
+        self.activation_name = activation
+        self.act = make_activation(activation)
+        self.init = check_init(init)
+        self.init_scale = check_init_scale(init_scale)
+        self.down = nn.Linear(d_model, bottleneck, bias=bias)
+        self.up = nn.Linear(bottleneck, d_model, bias=bias)
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """Draw fresh weights with this adapter's init scheme."""
+        if self.init == "houlsby":
+            for linear in (self.down, self.up):
+                nn.init.trunc_normal_(
+                    linear.weight, std=self.init_scale, a=-2 * self.init_scale, b=2 * self.init_scale
+                )
+        elif self.init == "zero_up":
+            nn.init.kaiming_uniform_(self.down.weight, a=math.sqrt(5))
+            nn.init.zeros_(self.up.weight)
+        else:  # bert
+            for linear in (self.down, self.up):
+                nn.init.normal_(linear.weight, std=BERT_INIT_STD)
+        for linear in (self.down, self.up):
+            if linear.bias is not None:
+                nn.init.zeros_(linear.bias)
+
+    def delta(self, h: torch.Tensor) -> torch.Tensor:
+        """The correction up(f(down(h))) alone, without the residual (a parallel adapter adds this)."""
+        return self.up(self.act(self.down(h)))
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return h + self.delta(h)
+
+    @property
+    def is_linear(self) -> bool:
+        """True when f is the identity: then the adapter is h ↦ (I + W_up W_down) h + c."""
+        return isinstance(self.act, nn.Identity)
+
+    def config(self) -> dict:
+        """The arguments that rebuild this adapter (for checkpoints and summaries)."""
+        return {
+            "d_model": self.d_model,
+            "bottleneck": self.bottleneck,
+            "activation": self.activation_name,
+            "init": self.init,
+            "init_scale": self.init_scale,
+            "bias": self.down.bias is not None,
+        }
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, bottleneck={self.bottleneck}, activation={self.activation_name}, init={self.init}"

@@ -1,0 +1,357 @@
+"""The one place that knows the inside of a BERT layer: where adapters go and what is trainable.
+
+A BERT layer ends each of its two sublayers with the same three steps (``BertSelfOutput`` after
+attention, ``BertOutput`` after the FFN)::
+
+    h = dropout(dense(x));  out = LayerNorm(h + residual)
+
+Placements, each implemented by swapping that output module for an :class:`AdaptedOutput` that reuses
+the very same ``dense``, ``dropout`` and ``LayerNorm`` (so parameter names and weights do not change):
+
+* ``houlsby``  — an adapter after the dropout of *both* sublayers, before the residual add + LayerNorm
+  (as in the original adapter-bert code): 2 adapters per layer.
+* ``pfeiffer`` — the same after the FFN only: 1 adapter per layer.
+* ``parallel`` — a bottleneck alongside the FFN, reading the FFN's input and adding
+  ``scale · up(f(down(x)))`` to its output (He et al. 2021): 1 per layer.
+
+Training methods the labs compare: the three placements, ``full`` fine-tuning, ``head`` only (pooler
+and classifier), ``layernorm`` only (+ head) and ``top_k`` layers (+ head).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .adapter import BottleneckAdapter, PAPER_INIT_SCALE
+
+PLACEMENTS = ("houlsby", "pfeiffer", "parallel")
+FREEZE_METHODS = ("full", "head", "layernorm", "top_k")
+METHODS = PLACEMENTS + FREEZE_METHODS
+#: He et al. (2021) scale the parallel adapter's output by s = 4.
+DEFAULT_PARALLEL_SCALE = 4.0
+#: Which sublayer outputs each placement adapts, and how.
+POSITIONS = {
+    "houlsby": (("attention", "serial"), ("ffn", "serial")),
+    "pfeiffer": (("ffn", "serial"),),
+    "parallel": (("ffn", "parallel"),),
+}
+CONFIG_ATTRIBUTE = "adapterlab_config"
+
+
+class PlacementError(ValueError):
+    """The model or the request cannot be honoured; the model was left unchanged."""
+
+
+class AdaptedOutput(nn.Module):
+    """A sublayer output (dense → dropout → LayerNorm(· + residual)) with an adapter inside.
+
+    ``mode="serial"`` applies the adapter to the sublayer's output after dropout; ``mode="parallel"``
+    adds ``scale · adapter.delta(x)`` computed from the sublayer's input x. With ``enabled = False``
+    the original module runs instead, so a switched-off adapter costs nothing and changes nothing.
+    """
+
+    def __init__(self, original: nn.Module, adapter: BottleneckAdapter, mode: str, scale: float = 1.0):
+        super().__init__()
+        self.dense = original.dense
+        self.dropout = original.dropout
+        self.LayerNorm = original.LayerNorm
+        self.adapter = adapter
+        self.mode = mode
+        self.scale = scale
+        self.enabled = True
+        # Kept unregistered (no duplicate parameters); it shares dense/dropout/LayerNorm with us and
+        # goes back in place when the adapters are removed.
+        object.__setattr__(self, "original", original)
+
+    def forward(self, hidden_states: torch.Tensor, input_tensor: torch.Tensor) -> torch.Tensor:
+        if not self.enabled:
+            return self.original(hidden_states, input_tensor)
+        h = self.dropout(self.dense(hidden_states))
+        if self.mode == "serial":
+            h = self.adapter(h)
+        else:
+            h = h + self.scale * self.adapter.delta(input_tensor)
+        return self.LayerNorm(h + input_tensor)
+
+    def extra_repr(self) -> str:
+        return f"mode={self.mode}, scale={self.scale}, enabled={self.enabled}"
+
+
+def encoder_layers(model: nn.Module) -> nn.ModuleList:
+    """The transformer layers of a BERT-family model, or a PlacementError saying what is supported."""
+    base = getattr(model, "base_model", model)
+    layers = getattr(getattr(base, "encoder", None), "layer", None)
+    supported = "BERT-family encoders from transformers (BertModel, BertForSequenceClassification, RoBERTa, ELECTRA)"
+    if not isinstance(layers, nn.ModuleList) or len(layers) == 0:
+        raise PlacementError(f"{type(model).__name__} is not supported: expected {supported} with .encoder.layer")
+    for layer in layers:
+        for output in (_sublayer_output(layer, "attention"), _sublayer_output(layer, "ffn")):
+            if not all(hasattr(output, name) for name in ("dense", "dropout", "LayerNorm")):
+                raise PlacementError(
+                    f"{type(model).__name__} is not supported: its layers' outputs lack dense/dropout/LayerNorm; "
+                    f"expected {supported}"
+                )
+    return layers
+
+
+def _sublayer_output(layer: nn.Module, position: str) -> nn.Module:
+    return layer.attention.output if position == "attention" else layer.output
+
+
+def _set_sublayer_output(layer: nn.Module, position: str, module: nn.Module) -> None:
+    if position == "attention":
+        layer.attention.output = module
+    else:
+        layer.output = module
+
+
+def _check_layers(layers, n_layers: int) -> list[int]:
+    if layers is None:
+        return list(range(n_layers))
+    chosen = []
+    for index in layers:
+        if isinstance(index, bool) or not isinstance(index, int) or not -n_layers <= index < n_layers:
+            raise PlacementError(f"layers must hold integers in 0..{n_layers - 1} (this model has {n_layers}); got {index!r}")
+        chosen.append(index % n_layers)
+    if len(set(chosen)) != len(chosen):
+        raise PlacementError(f"layers lists a layer twice: {list(layers)}")
+    return sorted(chosen)
+
+
+def add_adapters(
+    model: nn.Module,
+    placement: str = "houlsby",
+    bottleneck: int = 64,
+    activation: str = "gelu",
+    init: str = "houlsby",
+    init_scale: float = PAPER_INIT_SCALE,
+    layers=None,
+    train_layernorm: bool = True,
+    parallel_scale: float = DEFAULT_PARALLEL_SCALE,
+    bias: bool = True,
+) -> nn.Module:
+    """Insert adapters into a BERT-family model and freeze everything but adapters, LayerNorms, head.
+
+    Every argument is checked and every adapter built before the model is touched, so an error
+    leaves the model exactly as it was. Returns the model (changed in place).
+    """
+    if placement not in PLACEMENTS:
+        raise PlacementError(f"placement must be one of {', '.join(PLACEMENTS)}; got {placement!r}")
+    if getattr(model, CONFIG_ATTRIBUTE, None) is not None:
+        raise PlacementError("this model already has adapters; call remove_adapters(model) first")
+    all_layers = encoder_layers(model)
+    chosen = _check_layers(layers, len(all_layers))
+    planned = []
+    for index in chosen:
+        for position, mode in POSITIONS[placement]:
+            output = _sublayer_output(all_layers[index], position)
+            weight = output.dense.weight
+            adapter = BottleneckAdapter(
+                output.dense.out_features, bottleneck, activation, init, init_scale, bias
+            ).to(device=weight.device, dtype=weight.dtype)
+            scale = parallel_scale if mode == "parallel" else 1.0
+            planned.append((all_layers[index], position, AdaptedOutput(output, adapter, mode, scale)))
+    requires_grad = {name: p.requires_grad for name, p in model.named_parameters()}
+    for layer, position, adapted in planned:
+        _set_sublayer_output(layer, position, adapted)
+    config = {
+        "placement": placement,
+        "bottleneck": bottleneck,
+        "activation": activation,
+        "init": init,
+        "init_scale": float(init_scale),
+        "bias": bias,
+        "layers": chosen,
+        "train_layernorm": train_layernorm,
+        "parallel_scale": float(parallel_scale) if placement == "parallel" else None,
+    }
+    object.__setattr__(model, CONFIG_ATTRIBUTE, config)
+    object.__setattr__(model, "_adapterlab_requires_grad", requires_grad)
+    set_trainable(model, "adapters", train_layernorm=train_layernorm)
+    return model
+
+
+def adapter_config(model: nn.Module) -> dict | None:
+    """The arguments add_adapters was called with (a copy), or None when the model has no adapters."""
+    config = getattr(model, CONFIG_ATTRIBUTE, None)
+    return None if config is None else dict(config, layers=list(config["layers"]))
+
+
+def adapted_outputs(model: nn.Module) -> list[tuple[int, str, AdaptedOutput]]:
+    """(layer index, "attention" | "ffn", module) for every adapted sublayer, in order."""
+    found = []
+    for index, layer in enumerate(encoder_layers(model)):
+        for position in ("attention", "ffn"):
+            output = _sublayer_output(layer, position)
+            if isinstance(output, AdaptedOutput):
+                found.append((index, position, output))
+    return found
+
+
+def remove_adapters(model: nn.Module) -> nn.Module:
+    """Take every adapter out and restore the original modules and trainable flags.
+
+    The restored model computes exactly what it computed before add_adapters (bit for bit), as long
+    as its own weights were not trained in between.
+    """
+    if getattr(model, CONFIG_ATTRIBUTE, None) is None:
+        raise PlacementError("this model has no adapters to remove")
+    layers = encoder_layers(model)
+    for index, position, adapted in adapted_outputs(model):
+        _set_sublayer_output(layers[index], position, adapted.original)
+    saved = getattr(model, "_adapterlab_requires_grad", {})
+    for name, parameter in model.named_parameters():
+        parameter.requires_grad_(saved.get(name, True))
+    object.__delattr__(model, CONFIG_ATTRIBUTE)
+    object.__delattr__(model, "_adapterlab_requires_grad")
+    return model
+
+
+def set_adapters_enabled(model: nn.Module, enabled: bool, layers=None) -> nn.Module:
+    """Switch adapters on or off in the given layers (default all) without removing them."""
+    chosen = set(_check_layers(layers, len(encoder_layers(model))))
+    outputs = adapted_outputs(model)
+    if not outputs:
+        raise PlacementError("this model has no adapters; call add_adapters first")
+    for index, _, adapted in outputs:
+        if index in chosen:
+            adapted.enabled = bool(enabled)
+    return model
+
+
+def enabled_layers(model: nn.Module) -> list[int]:
+    """Indices of layers whose adapters are currently switched on."""
+    return sorted({index for index, _, adapted in adapted_outputs(model) if adapted.enabled})
+
+
+# --------------------------------------------------------------------------------------------------
+# What is trainable
+# --------------------------------------------------------------------------------------------------
+
+GROUPS = ("adapters", "layernorm", "pooler", "classifier", "other")
+
+
+def parameter_group(model: nn.Module, name: str) -> str:
+    """Which of GROUPS a named parameter belongs to."""
+    parts = name.split(".")
+    if "adapter" in parts:
+        return "adapters"
+    if "pooler" in parts:
+        return "pooler"
+    if parts[0] in ("classifier", "score", "qa_outputs"):
+        return "classifier"
+    module = model.get_submodule(".".join(parts[:-1]))
+    if isinstance(module, nn.LayerNorm):
+        return "layernorm"
+    return "other"
+
+
+def set_trainable(model: nn.Module, method: str, train_layernorm: bool = True, top_k: int | None = None) -> nn.Module:
+    """Freeze the model, then unfreeze what ``method`` trains. The head (pooler + classifier) is
+    trained by every method.
+
+    * ``adapters``: adapters, plus LayerNorms when train_layernorm (the paper trains them,
+      AdapterHub freezes them)
+    * ``full``: everything;  ``head``: pooler + classifier;  ``layernorm``: every LayerNorm
+    * ``top_k``: the last top_k transformer layers
+    """
+    allowed = ("adapters",) + FREEZE_METHODS
+    if method not in allowed:
+        raise PlacementError(f"method must be one of {', '.join(allowed)}; got {method!r}")
+    n_layers = len(encoder_layers(model))
+    if method == "top_k":
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= n_layers:
+            raise PlacementError(f"top_k must be an integer in 1..{n_layers} for this model; got {top_k!r}")
+    if method == "adapters" and not adapted_outputs(model):
+        raise PlacementError("method 'adapters' needs adapters; call add_adapters first")
+    top_prefixes = {f"encoder.layer.{i}." for i in range(n_layers - (top_k or 0), n_layers)}
+    for name, parameter in model.named_parameters():
+        group = parameter_group(model, name)
+        trainable = (
+            method == "full"
+            or group in ("pooler", "classifier")
+            or (method == "adapters" and (group == "adapters" or (train_layernorm and group == "layernorm")))
+            or (method == "layernorm" and group == "layernorm")
+            or (method == "top_k" and any(f".{prefix}" in f".{name}" for prefix in top_prefixes))
+        )
+        parameter.requires_grad_(trainable)
+    return model
+
+
+def apply_method(
+    model: nn.Module,
+    method: str,
+    *,
+    bottleneck: int = 64,
+    activation: str = "gelu",
+    init: str = "houlsby",
+    init_scale: float = PAPER_INIT_SCALE,
+    layers=None,
+    train_layernorm: bool = True,
+    parallel_scale: float = DEFAULT_PARALLEL_SCALE,
+    top_k: int = 2,
+) -> nn.Module:
+    """Prepare a fresh model for any method the labs compare (one of METHODS)."""
+    if method in PLACEMENTS:
+        return add_adapters(
+            model, method, bottleneck, activation, init, init_scale, layers, train_layernorm, parallel_scale
+        )
+    if method not in FREEZE_METHODS:
+        raise PlacementError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
+    return set_trainable(model, method, top_k=top_k if method == "top_k" else None)
+
+
+@dataclass
+class TrainableSummary:
+    """Trainable and frozen parameter counts per group, and the share of the backbone trained."""
+
+    trainable: dict
+    frozen: dict
+
+    @property
+    def total_trainable(self) -> int:
+        return sum(self.trainable.values())
+
+    @property
+    def total(self) -> int:
+        return self.total_trainable + sum(self.frozen.values())
+
+    @property
+    def backbone(self) -> int:
+        """The pretrained network: everything but the adapters and the task classifier."""
+        return sum(self.trainable[g] + self.frozen[g] for g in ("layernorm", "pooler", "other"))
+
+    @property
+    def percent_of_backbone(self) -> float:
+        return 100.0 * self.total_trainable / self.backbone
+
+    def as_dict(self) -> dict:
+        return {
+            "trainable": dict(self.trainable),
+            "frozen": dict(self.frozen),
+            "total_trainable": self.total_trainable,
+            "total": self.total,
+            "backbone": self.backbone,
+            "percent_of_backbone": self.percent_of_backbone,
+        }
+
+    def __str__(self) -> str:
+        lines = [f"{'group':<12}{'trainable':>14}{'frozen':>14}"]
+        for group in GROUPS:
+            lines.append(f"{group:<12}{self.trainable[group]:>14,}{self.frozen[group]:>14,}")
+        lines.append(f"{'total':<12}{self.total_trainable:>14,}{sum(self.frozen.values()):>14,}")
+        lines.append(f"trainable = {self.percent_of_backbone:.2f} % of the backbone ({self.backbone:,})")
+        return "\n".join(lines)
+
+
+def trainable_summary(model: nn.Module) -> TrainableSummary:
+    """Count trainable and frozen parameters by group (adapters, layernorm, pooler, classifier, other)."""
+    trainable = dict.fromkeys(GROUPS, 0)
+    frozen = dict.fromkeys(GROUPS, 0)
+    for name, parameter in model.named_parameters():
+        bucket = trainable if parameter.requires_grad else frozen
+        bucket[parameter_group(model, name)] += parameter.numel()
+    return TrainableSummary(trainable, frozen)
