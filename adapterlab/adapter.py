@@ -19,6 +19,7 @@ Init schemes, and why there are three:
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 from torch import nn
@@ -42,20 +43,25 @@ def make_activation(name: str) -> nn.Module:
         "tanh": nn.Tanh,
         "identity": nn.Identity,
     }
-    if name not in modules:
+    if not isinstance(name, str) or name not in modules:
         raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}; got {name!r}")
     return modules[name]()
 
 
 def check_positive_int(name: str, value) -> int:
-    """Sizes must be true integers ≥ 1: a float or a bool would silently truncate or mislead."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    """Sizes must be true integers ≥ 1: a float or a bool would silently truncate or mislead.
+
+    Any integral type (Python or NumPy) is accepted and returned as a plain int.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ValueError(f"{name} must be an integer >= 1; got {value!r}")
-    return value
+    return int(value)
 
 
 def check_init_scale(value) -> float:
     """A standard deviation: finite and non-negative (0 gives a zero-initialised adapter)."""
+    if isinstance(value, (bool, str)):
+        raise ValueError(f"init_scale must be a finite number >= 0; got {value!r}")
     try:
         scale = float(value)
     except (TypeError, ValueError):
@@ -93,14 +99,18 @@ class BottleneckAdapter(nn.Module):
         self.act = make_activation(activation)
         self.init = check_init(init)
         self.init_scale = check_init_scale(init_scale)
-        self.down = nn.Linear(d_model, bottleneck, bias=bias)
-        self.up = nn.Linear(bottleneck, d_model, bias=bias)
+        self.down = nn.Linear(self.d_model, self.bottleneck, bias=bias)
+        self.up = nn.Linear(self.bottleneck, self.d_model, bias=bias)
         self.reset_parameters()
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
         """Draw fresh weights with this adapter's init scheme."""
-        if self.init == "houlsby":
+        if self.init == "houlsby" and self.init_scale == 0:
+            # trunc_normal_ divides by the std; a zero std means zero weights.
+            nn.init.zeros_(self.down.weight)
+            nn.init.zeros_(self.up.weight)
+        elif self.init == "houlsby":
             for linear in (self.down, self.up):
                 nn.init.trunc_normal_(
                     linear.weight, std=self.init_scale, a=-2 * self.init_scale, b=2 * self.init_scale

@@ -1,0 +1,71 @@
+"""Shared fixtures: tiny random BERT models, seeded and in eval mode, so every test runs in milliseconds.
+
+The factories return a fresh model per call; the same seed gives the same weights, so two calls make
+two independent but identical models (one to adapt, one to compare against).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers
+
+TINY_BERT = dict(
+    vocab_size=100,
+    hidden_size=32,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    intermediate_size=64,
+    max_position_embeddings=64,
+    type_vocab_size=2,
+)
+
+
+def tiny_bert_config(**overrides) -> transformers.BertConfig:
+    """A 3-layer BERT with d = 32, 4 heads, FFN width 64 and a 100-token vocabulary."""
+    return transformers.BertConfig(**{**TINY_BERT, **overrides})
+
+
+def _build(model_class, seed: int, dtype: torch.dtype, **overrides):
+    torch.manual_seed(seed)
+    model = model_class(tiny_bert_config(**overrides))
+    return model.to(dtype).eval()
+
+
+@pytest.fixture
+def bert_config() -> transformers.BertConfig:
+    return tiny_bert_config()
+
+
+@pytest.fixture
+def make_bert():
+    """make_bert(seed=0, dtype=torch.float32, **config_overrides) -> a tiny BertModel in eval mode."""
+
+    def factory(seed: int = 0, dtype: torch.dtype = torch.float32, **overrides) -> transformers.BertModel:
+        return _build(transformers.BertModel, seed, dtype, **overrides)
+
+    return factory
+
+
+@pytest.fixture
+def make_classifier():
+    """make_classifier(seed=0, dtype=torch.float32, num_labels=2, **config_overrides) ->
+    a tiny BertForSequenceClassification in eval mode."""
+
+    def factory(
+        seed: int = 0, dtype: torch.dtype = torch.float32, num_labels: int = 2, **overrides
+    ) -> transformers.BertForSequenceClassification:
+        return _build(transformers.BertForSequenceClassification, seed, dtype, num_labels=num_labels, **overrides)
+
+    return factory
+
+
+@pytest.fixture
+def batch() -> dict:
+    """Two sequences of 7 tokens, the second padded after 5, with labels for a 2-way task."""
+    generator = torch.Generator().manual_seed(1234)
+    input_ids = torch.randint(1, TINY_BERT["vocab_size"], (2, 7), generator=generator)
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[1, 5:] = 0
+    input_ids[1, 5:] = 0
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": torch.tensor([0, 1])}
