@@ -1,0 +1,157 @@
+"""Inference timing: the interleaving and pairing logic, with a fake clock (no timing assertions)."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+import torch
+
+from adapterlab.latency import LatencyResult, inference_overhead, inference_variants, overhead_table, time_interleaved
+from adapterlab.placement import adapted_outputs, adapter_config
+
+
+class FakeClock:
+    """A clock that only moves when a fake workload says so."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def workloads(clock: FakeClock, costs: dict, log: list, drift=lambda k: 1.0):
+    """Functions that advance the clock by cost · drift(round) and log (name, round)."""
+
+    def make(name):
+        def run(k):
+            log.append((name, k))
+            clock.now += costs[name] * drift(k)
+
+        return run
+
+    return {name: make(name) for name in costs}
+
+
+def test_each_round_runs_every_variant_once_on_the_same_input_after_untimed_warmup():
+    clock, log = FakeClock(), []
+    costs = {"backbone": 1.0, "a": 2.0, "b": 3.0}
+    result = time_interleaved(workloads(clock, costs, log), rounds=7, warmup=2, clock=clock)
+    warm, timed = log[:6], log[6:]
+    assert sorted(warm) == sorted((name, k) for name in costs for k in range(2))
+    assert len(timed) == 21
+    for k in range(7):
+        in_round = timed[3 * k : 3 * k + 3]
+        assert sorted(name for name, _ in in_round) == sorted(costs)
+        assert {index for _, index in in_round} == {k}
+        assert [name for name, _ in in_round] == result.orders[k]
+    for name, cost in costs.items():
+        assert result.times[name] == pytest.approx([cost] * 7)
+
+
+def test_the_order_changes_between_rounds_so_no_variant_is_always_first():
+    clock, log = FakeClock(), []
+    result = time_interleaved(workloads(clock, dict.fromkeys("pqrs", 1.0), log), rounds=40, clock=clock)
+    firsts = {order[0] for order in result.orders}
+    assert firsts == set("pqrs")
+    again = time_interleaved(workloads(FakeClock(), dict.fromkeys("pqrs", 1.0), []), rounds=40, clock=FakeClock())
+    assert again.orders == result.orders  # seeded
+
+
+def test_paired_overhead_cancels_drift_that_unpaired_medians_do_not():
+    # The machine gets 3x slower over the run; the variant is always exactly 10 % slower than the
+    # reference in the same round.
+    clock, log = FakeClock(), []
+    drift = lambda k: 1.0 + 2.0 * k / 9  # noqa: E731
+    result = time_interleaved(
+        workloads(clock, {"backbone": 1.0, "adapter": 1.1}, log, drift), rounds=10, clock=clock
+    )
+    assert result.overhead_percent("adapter") == pytest.approx(10.0)
+    assert result.overhead_percent("backbone") == pytest.approx(0.0)
+    expected_median = statistics.median(1.1 * drift(k) for k in range(10))
+    assert result.median_ms("adapter") == pytest.approx(1e3 * expected_median)
+
+
+def test_overhead_is_the_median_of_per_round_ratios():
+    result = LatencyResult({"backbone": [1.0, 2.0, 4.0], "x": [1.5, 2.0, 4.4]}, reference="backbone")
+    # ratios − 1: 0.5, 0.0, 0.1 → median 0.1
+    assert result.overhead_percent("x") == pytest.approx(10.0)
+    rows = result.rows()
+    assert [row["variant"] for row in rows] == ["backbone", "x"]
+    assert rows[1]["median_ms"] == pytest.approx(2000.0)
+
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        (dict(functions={}), "functions is empty"),
+        (dict(functions={"a": lambda k: None}, rounds=0), "rounds"),
+        (dict(functions={"a": lambda k: None}, warmup=-1), "warmup"),
+        (dict(functions={"a": lambda k: None}, reference="b"), "reference"),
+    ],
+)
+def test_bad_arguments_are_named(kwargs, words):
+    with pytest.raises(ValueError, match=words):
+        time_interleaved(**kwargs)
+
+
+def test_variants_share_the_frozen_backbone_and_leave_the_model_alone(make_classifier, batch):
+    model = make_classifier()
+    reference = make_classifier()
+    model.classifier.weight.requires_grad_(False)
+    before = {name: p.requires_grad for name, p in model.named_parameters()}
+    variants = inference_variants(model, bottleneck=4)
+    assert list(variants) == ["backbone", "houlsby", "pfeiffer", "linear adapter, folded", "LoRA, merged"]
+    assert variants["backbone"] is model
+    assert adapter_config(model) is None
+    assert {name: p.requires_grad for name, p in model.named_parameters()} == before
+    for name, tensor in reference.state_dict().items():
+        assert torch.equal(model.state_dict()[name], tensor), name
+    embeddings = model.bert.embeddings.word_embeddings.weight
+    for variant in variants.values():
+        assert variant.bert.embeddings.word_embeddings.weight is embeddings
+        assert not variant.training
+    assert len(adapted_outputs(variants["houlsby"])) == 2 * 3
+    assert len(adapted_outputs(variants["pfeiffer"])) == 3
+    for name in ("linear adapter, folded", "LoRA, merged"):
+        variant = variants[name]
+        assert type(variant) is type(model) and adapter_config(variant) is None
+        assert {k: v.shape for k, v in variant.state_dict().items()} == {
+            k: v.shape for k, v in model.state_dict().items()
+        }
+    lora_layer = variants["LoRA, merged"].bert.encoder.layer[0].attention.self
+    base_layer = model.bert.encoder.layer[0].attention.self
+    assert not torch.equal(lora_layer.query.weight, base_layer.query.weight)
+    assert lora_layer.key.weight is base_layer.key.weight
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    with torch.no_grad():
+        outputs = {name: variant(**inputs).logits for name, variant in variants.items()}
+    assert torch.allclose(outputs["houlsby"], outputs["backbone"], atol=1e-2)  # near-identity init
+
+
+def test_inference_overhead_feeds_round_k_input_k_to_every_variant():
+    seen, clock = [], FakeClock()
+
+    class Recorder(torch.nn.Module):
+        def __init__(self, name):
+            super().__init__()
+            self.name = name
+
+        def forward(self, input_ids):
+            seen.append((self.name, int(input_ids[0, 0]), torch.is_inference_mode_enabled()))
+            clock.now += 1.0
+
+    inputs = {"batch 1": [{"input_ids": torch.full((1, 3), i)} for i in range(3)]}
+    variants = {"backbone": Recorder("backbone"), "x": Recorder("x")}
+    results = inference_overhead(variants, inputs, rounds=5, warmup=0, clock=clock)
+    assert len(results) == 1 and results[0].label == "batch 1"
+    by_variant = {name: [i for n, i, _ in seen if n == name] for name in ("backbone", "x")}
+    assert by_variant["backbone"] == by_variant["x"] == [0, 1, 2, 0, 1]
+    assert all(flag for _, _, flag in seen)
+    assert "batch 1" in overhead_table(results)
+
+
+def test_inference_overhead_rejects_an_empty_setting():
+    with pytest.raises(ValueError, match="batch 32"):
+        inference_overhead({"backbone": torch.nn.Identity()}, {"batch 32": []})
