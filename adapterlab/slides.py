@@ -1,0 +1,134 @@
+"""Export the labs to reveal.js slide decks that open offline.
+
+Instructors teach in rooms with poor or no internet, so a deck must not fetch anything:
+nbconvert's slides exporter loads reveal.js, require.js, MathJax and the widget manager from a
+CDN, and the notebooks store plotly figures as JSON that needs plotly.js. Here every script is
+a file copied from an installed package into `<out_dir>/lib/` (reveal.js from sphinx-revealjs,
+MathJax 2 from jupyter-server-mathjax, plotly.js from plotly), plotly figures become a div
+drawn by the one plotly.js of the deck, and widget views (which need a kernel) are dropped: the
+labs put a static snapshot figure right after each widget cell.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import sys
+from pathlib import Path
+
+import plotly.io
+from nbconvert.exporters import SlidesExporter
+from nbconvert.preprocessors import Preprocessor
+
+from .labfiles import LabNotFoundError, find_labs
+
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
+WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
+
+TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
+TEMPLATE_NAME = "offline_reveal"
+
+# Where the decks find their scripts, relative to the deck files.
+REVEAL_PREFIX = "lib/reveal.js"
+MATHJAX_URL = "lib/mathjax/MathJax.js?config=TeX-AMS-MML_HTMLorMML-full,Safe"
+PLOTLY_JS = "lib/plotly.min.js"
+
+
+class OfflineOutputs(Preprocessor):
+    """Turn the outputs that need a kernel or a CDN into ones a static, offline deck can show.
+
+    A plotly JSON output becomes a div plus a `Plotly.newPlot` call (plotly.js itself is
+    included once by the template); a widget view is dropped. The number of figures goes into
+    `resources["plotly_figures"]` so the template includes plotly.js only where needed.
+    """
+
+    def preprocess(self, nb, resources):
+        figures = 0
+        for cell in nb.cells:
+            if cell.cell_type != "code":
+                continue
+            kept = []
+            for output in cell.outputs:
+                data = output.get("data", {})
+                if WIDGET_VIEW_MIME in data:
+                    continue
+                if PLOTLY_MIME in data:
+                    figures += 1
+                    figure = data.pop(PLOTLY_MIME)
+                    data["text/html"] = plotly.io.to_html(
+                        figure,
+                        config=figure.get("config"),
+                        include_plotlyjs=False,
+                        full_html=False,
+                        validate=False,
+                        div_id=f"figure-{figures}",
+                    )
+                kept.append(output)
+            cell.outputs = kept
+        nb.metadata.pop("widgets", None)
+        resources["plotly_figures"] = figures
+        return nb, resources
+
+
+def _package_dir(name: str, install_hint: str) -> Path:
+    """The folder of an installed package, found without importing it (sphinx-revealjs imports Sphinx)."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"the package {name!r} is needed for offline slides: {install_hint}")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def copy_assets(out_dir: Path | str) -> Path:
+    """Copy reveal.js, MathJax and plotly.js into `<out_dir>/lib` and return that folder."""
+    lib = Path(out_dir) / "lib"
+    reveal = _package_dir("sphinx_revealjs", "pip install sphinx-revealjs") / "_static" / "revealjs"
+    mathjax = _package_dir("jupyter_server_mathjax", "pip install jupyter-server-mathjax") / "static"
+    plotly_js = _package_dir("plotly", "pip install plotly") / "package_data" / "plotly.min.js"
+    for folder in ("dist", "plugin"):
+        shutil.copytree(reveal / folder, lib / "reveal.js" / folder, dirs_exist_ok=True)
+    shutil.copy2(reveal / "LICENSE", lib / "reveal.js" / "LICENSE")
+    shutil.copytree(mathjax, lib / "mathjax", dirs_exist_ok=True)
+    shutil.copy2(plotly_js, lib / "plotly.min.js")
+    return lib
+
+
+def slides_exporter() -> SlidesExporter:
+    """nbconvert's slides exporter with the offline template and the output preprocessor."""
+    exporter = SlidesExporter(
+        extra_template_basedirs=[str(TEMPLATES_DIR)],
+        template_name=TEMPLATE_NAME,
+        reveal_url_prefix=REVEAL_PREFIX,
+        reveal_theme="white",  # the themes "simple" (nbconvert's default) and others load Google fonts
+        mathjax_url=MATHJAX_URL,
+    )
+    exporter.register_preprocessor(OfflineOutputs(), enabled=True)
+    return exporter
+
+
+def export_slides(labs: list[str] | None = None, out_dir: Path | str = "build/slides") -> list[Path]:
+    """Export the named labs (all when None) to `<out_dir>/<lab>.slides.html`; return the deck paths."""
+    notebooks = find_labs(labs)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    copy_assets(out_dir)
+    exporter = slides_exporter()
+    decks = []
+    for notebook in notebooks:
+        body, _ = exporter.from_filename(str(notebook), resources={"plotly_js_url": PLOTLY_JS})
+        deck = out_dir / f"{notebook.stem}.slides.html"
+        deck.write_text(body, encoding="utf-8")
+        decks.append(deck)
+    return decks
+
+
+def slides_command(args) -> int:
+    """`adapterlab slides [LAB ...] [--out DIR]`."""
+    try:
+        decks = export_slides(args.labs or None, args.out)
+    except (LabNotFoundError, FileNotFoundError) as error:
+        print(f"adapterlab slides: {error}", file=sys.stderr)
+        return 2
+    for deck in decks:
+        print(deck)
+    print(f"{len(decks)} deck(s) in {Path(args.out)}; they open offline from that folder (keep lib/ beside them)")
+    return 0

@@ -1,0 +1,170 @@
+"""Slide export: decks whose every script and style sheet is a local file, figures drawn by one plotly.js.
+
+A small notebook with a known slide structure (3 slides, 5 subslides, a fragment, notes, a skipped
+cell, two plotly figures, a widget) is exported and its HTML read back; the real labs are checked
+for the same offline property. tests/browser opens the decks in Chromium.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import nbformat
+import plotly.graph_objects as go
+import pytest
+
+from adapterlab.labfiles import LabNotFoundError, all_labs
+from adapterlab.slides import export_slides, slides_command
+
+FIGURE = go.Figure(go.Scatter(x=[1, 2, 3], y=[3, 1, 2]), layout={"title": {"text": "loss"}}).to_dict()
+
+
+class DeckParser(HTMLParser):
+    """Collects what the offline and structure checks need from a deck."""
+
+    def __init__(self):
+        super().__init__()
+        self.references: list[str] = []  # src of scripts, href of style sheets
+        self.scripts: list[str] = []  # src of scripts
+        self.sections: list[int] = []  # nesting depth of each <section>
+        self.depth = 0
+        self.in_notes = False
+        self.notes: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "script" and attrs.get("src"):
+            self.scripts.append(attrs["src"])
+            self.references.append(attrs["src"])
+        if tag == "link" and attrs.get("href"):
+            self.references.append(attrs["href"])
+        if tag == "section":
+            self.depth += 1
+            self.sections.append(self.depth)
+        if tag == "aside" and "notes" in attrs.get("class", ""):
+            self.in_notes = True
+
+    def handle_endtag(self, tag):
+        if tag == "section":
+            self.depth -= 1
+        if tag == "aside":
+            self.in_notes = False
+
+    def handle_data(self, data):
+        if self.in_notes:
+            self.notes.append(data)
+
+
+def parse(deck: Path) -> DeckParser:
+    parser = DeckParser()
+    parser.feed(deck.read_text(encoding="utf-8"))
+    return parser
+
+
+def assert_offline(deck: Path) -> None:
+    """Every script and style sheet of the deck is a relative path to a file that exists."""
+    html = deck.read_text(encoding="utf-8")
+    parser = parse(deck)
+    assert parser.references, f"{deck.name} references no scripts at all"
+    for reference in parser.references:
+        parts = urlsplit(reference)
+        assert not parts.scheme and not parts.netloc, f"{deck.name} loads {reference} from the network"
+        local = deck.parent / parts.path
+        assert local.is_file(), f"{deck.name} references {reference}, which is not in {deck.parent}"
+        if local.suffix == ".css":  # a theme may @import web fonts
+            assert not re.search(r"url\(\s*['\"]?https?:", local.read_text(encoding="utf-8")), f"{reference} loads from the network"
+    assert "import mermaid" not in html and "embed-amd.js" not in html, f"{deck.name} still loads a CDN module"
+    assert "require.js" not in " ".join(parser.scripts)
+
+
+def cell(kind, source, slide_type, outputs=()):
+    new = nbformat.v4.new_markdown_cell if kind == "md" else nbformat.v4.new_code_cell
+    made = new(source, metadata={"slideshow": {"slide_type": slide_type}})
+    if kind == "code":
+        made.outputs = list(outputs)
+    return made
+
+
+def display(data):
+    return nbformat.v4.new_output("display_data", data=data)
+
+
+@pytest.fixture(scope="module")
+def small_deck(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("slides")
+    nb = nbformat.v4.new_notebook()
+    widget = {"text/plain": "IntSlider(value=8)", "application/vnd.jupyter.widget-view+json": {"model_id": "m1", "version_major": 2, "version_minor": 0}}
+    nb.cells = [
+        cell("md", "# Title slide", "slide"),
+        cell("md", "SPEAKER-NOTE-TEXT", "notes"),
+        cell("md", "## Formula $h + W_{up} f(W_{down} h)$", "slide"),
+        cell("md", "FRAGMENT-TEXT", "fragment"),
+        cell("code", "print(1)", "subslide"),
+        cell("code", "SKIPPED_CELL = 1", "skip"),
+        cell("code", "fig.show()", "slide", [display({"application/vnd.plotly.v1+json": FIGURE})]),
+        cell("code", "panel", "subslide", [display(widget)]),
+        cell("code", "snapshot.show()", "-", [display({"application/vnd.plotly.v1+json": FIGURE})]),
+    ]
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {}, "version_major": 2, "version_minor": 0}}
+    lab = folder / "01_small.ipynb"
+    nbformat.write(nb, lab)
+    [deck] = export_slides([str(lab)], folder / "out")
+    return deck
+
+
+def test_deck_is_named_after_the_lab_and_is_offline(small_deck):
+    assert small_deck.name == "01_small.slides.html"
+    assert_offline(small_deck)
+
+
+def test_deck_keeps_the_slide_structure(small_deck):
+    parser = parse(small_deck)
+    html = small_deck.read_text(encoding="utf-8")
+    assert parser.sections.count(1) == 3, "three cells start a slide"
+    assert parser.sections.count(2) == 5, "each slide has a first subslide, plus two subslide cells"
+    assert "SPEAKER-NOTE-TEXT" in "".join(parser.notes)
+    assert html.count('class="fragment"') == 1
+    assert "SKIPPED_CELL" not in html
+
+
+def test_plotly_js_once_and_one_plot_per_figure(small_deck):
+    parser = parse(small_deck)
+    html = small_deck.read_text(encoding="utf-8")
+    assert [src for src in parser.scripts if "plotly" in src] == ["lib/plotly.min.js"]
+    assert html.count("Plotly.newPlot(") == 2
+    assert html.count('"title":{"text":"loss"}') == 2, "each figure's data is embedded"
+
+
+def test_widget_views_are_dropped(small_deck):
+    html = small_deck.read_text(encoding="utf-8")
+    assert "widget-view+json" not in html and "widget-state+json" not in html
+    assert "IntSlider" not in html  # nor shown as the widget's text repr
+
+
+def test_deck_without_figures_does_not_load_plotly(tmp_path):
+    lab = tmp_path / "02_text.ipynb"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [cell("md", "# Only text", "slide")]
+    nbformat.write(nb, lab)
+    [deck] = export_slides([str(lab)], tmp_path / "out")
+    assert not [src for src in parse(deck).scripts if "plotly" in src]
+
+
+def test_unknown_lab_is_a_clear_error(tmp_path, capsys):
+    with pytest.raises(LabNotFoundError, match="'nope' not found"):
+        export_slides(["nope"], tmp_path)
+    assert slides_command(argparse.Namespace(labs=["nope"], out=str(tmp_path))) == 2
+    assert "nope" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not all_labs(), reason="no lab notebooks in labs/ yet")
+def test_every_lab_exports_to_an_offline_deck(tmp_path):
+    decks = export_slides(None, tmp_path)
+    assert [deck.name for deck in decks] == [f"{lab.stem}.slides.html" for lab in all_labs()]
+    for deck in decks:
+        assert_offline(deck)
+        assert "Error displaying widget" not in deck.read_text(encoding="utf-8")
