@@ -1,0 +1,341 @@
+"""Parameter counts: the closed forms of the paper beside a count of the real model.
+
+Closed forms (d = hidden size, r = bottleneck, L = layers, k = adapters per layer):
+
+* one adapter: ``(d·r + r) + (r·d + d) = 2rd + r + d`` (``2rd`` without biases)
+* all adapters: ``L·k·(2rd + r + d)`` with k = 2 (houlsby), 1 (pfeiffer), 1 (parallel)
+* LayerNorms: ``2d`` each (gain and bias); BERT has ``2L + 1`` of them (two per layer and one
+  after the embeddings)
+* head: pooler ``d² + d``, classifier ``d·n + n`` for n labels
+* LoRA on one d_in → d_out matrix: ``r·(d_in + d_out)``
+
+The real model is built on PyTorch's meta device: every parameter has a shape but no storage, so
+even BERT-large is counted without allocating its 1.3 GB of weights.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from .adapter import check_positive_int
+from .placement import PLACEMENTS, PlacementError, add_adapters, adapted_outputs, trainable_summary
+
+if TYPE_CHECKING:  # transformers is imported where a model is built, so bad input is answered at once
+    from transformers import BertConfig, BertForSequenceClassification
+
+#: Adapters per transformer layer, as the papers define each placement.
+ADAPTERS_PER_LAYER = {"houlsby": 2, "pfeiffer": 1, "parallel": 1}
+FP32_BYTES, FP16_BYTES = 4, 2
+#: Adam keeps two fp32 moment buffers (m and v) per trainable parameter.
+ADAM_BYTES_PER_PARAM = 2 * FP32_BYTES
+MB = 10**6
+
+#: Backbone shapes known by name, as BertConfig arguments (bert-base is BertConfig's default).
+NAMED_CONFIGS = {
+    "bert-base": {},
+    "bert-large": {"hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16, "intermediate_size": 4096},
+}
+
+
+# --------------------------------------------------------------------------------------------------
+# Closed forms
+# --------------------------------------------------------------------------------------------------
+
+
+def adapter_params(d: int, r: int, bias: bool = True) -> int:
+    """One bottleneck adapter: W_down (r×d) + b_down (r) + W_up (d×r) + b_up (d)."""
+    return 2 * r * d + (r + d if bias else 0)
+
+
+def model_adapter_params(L: int, k: int, d: int, r: int, bias: bool = True) -> int:
+    """k adapters in each of L layers."""
+    return L * k * adapter_params(d, r, bias)
+
+
+def layernorm_params(d: int, n: int) -> int:
+    """n LayerNorms of width d: a gain and a bias each."""
+    return 2 * d * n
+
+
+def lora_params(r: int, d_in: int, d_out: int) -> int:
+    """LoRA on one d_in → d_out matrix: A (r×d_in) and B (d_out×r)."""
+    return r * (d_in + d_out)
+
+
+def pooler_params(d: int) -> int:
+    return d * d + d
+
+
+def classifier_params(d: int, num_labels: int) -> int:
+    return d * num_labels + num_labels
+
+
+def bert_backbone_params(config: BertConfig) -> int:
+    """BertModel (embeddings, L layers, pooler): the frozen backbone, without the classifier."""
+    d, i = config.hidden_size, config.intermediate_size
+    embeddings = (config.vocab_size + config.max_position_embeddings + config.type_vocab_size) * d
+    attention = 4 * (d * d + d)  # query, key, value, output projection
+    ffn = (d * i + i) + (i * d + d)
+    per_layer = attention + ffn + layernorm_params(d, 2)
+    return embeddings + layernorm_params(d, 1) + config.num_hidden_layers * per_layer + pooler_params(d)
+
+
+def _check_request(placement: str, bottleneck: int, num_labels: int) -> None:
+    if placement not in ADAPTERS_PER_LAYER:
+        raise PlacementError(f"placement must be one of {', '.join(PLACEMENTS)}; got {placement!r}")
+    check_positive_int("bottleneck", bottleneck)
+    check_positive_int("num_labels", num_labels)
+
+
+def _with_derived(counts: dict) -> dict:
+    """Add the figures that follow from the trainable total: share, checkpoint size, Adam state."""
+    trainable = counts["total_trainable"]
+    full = counts["backbone"] + counts["classifier"]
+    return {
+        **counts,
+        "adapters_percent_of_backbone": 100.0 * counts["adapters"] / counts["backbone"],
+        "percent_of_backbone": 100.0 * trainable / counts["backbone"],
+        "checkpoint_fp32_mb": trainable * FP32_BYTES / MB,
+        "checkpoint_fp16_mb": trainable * FP16_BYTES / MB,
+        "adam_state_bytes": trainable * ADAM_BYTES_PER_PARAM,
+        "adam_state_bytes_full": full * ADAM_BYTES_PER_PARAM,
+    }
+
+
+def bert_counts(
+    config: BertConfig, placement: str, bottleneck: int, train_layernorm: bool = True, num_labels: int = 2
+) -> dict:
+    """Closed-form counts for a BERT classifier with adapters on every layer.
+
+    Keys: per_adapter, n_adapters, adapters, n_layernorms, layernorm (all LayerNorm parameters,
+    trained or not), pooler, classifier, total_trainable (adapters + head, + LayerNorms when
+    train_layernorm), backbone (BertModel), and the derived adapters_percent_of_backbone, percent_of_backbone,
+    checkpoint_fp32_mb, checkpoint_fp16_mb, adam_state_bytes, adam_state_bytes_full.
+    """
+    _check_request(placement, bottleneck, num_labels)
+    k, r = ADAPTERS_PER_LAYER[placement], bottleneck
+    d, L = config.hidden_size, config.num_hidden_layers
+    n_layernorms = 2 * L + 1
+    counts = {
+        "per_adapter": adapter_params(d, r),
+        "n_adapters": L * k,
+        "adapters": model_adapter_params(L, k, d, r),
+        "n_layernorms": n_layernorms,
+        "layernorm": layernorm_params(d, n_layernorms),
+        "pooler": pooler_params(d),
+        "classifier": classifier_params(d, num_labels),
+        "backbone": bert_backbone_params(config),
+    }
+    counts["total_trainable"] = (
+        counts["adapters"] + counts["pooler"] + counts["classifier"] + (counts["layernorm"] if train_layernorm else 0)
+    )
+    return _with_derived(counts)
+
+
+# --------------------------------------------------------------------------------------------------
+# Counting a real model
+# --------------------------------------------------------------------------------------------------
+
+
+def _numel(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def count_model(model: nn.Module) -> dict:
+    """Count a real model module by module, with the same keys as :func:`bert_counts`.
+
+    Groups come from :func:`adapterlab.placement.trainable_summary`; per_adapter is the size of one
+    adapter module (None when the model has none or their sizes differ).
+    """
+    summary = trainable_summary(model)
+    sizes = [_numel(adapted.adapter) for _, _, adapted in adapted_outputs(model)]
+    layernorms = [m for m in model.modules() if isinstance(m, nn.LayerNorm)]
+
+    def both(group: str) -> int:
+        return summary.trainable[group] + summary.frozen[group]
+
+    counts = {
+        "per_adapter": sizes[0] if sizes and len(set(sizes)) == 1 else None,
+        "n_adapters": len(sizes),
+        "adapters": both("adapters"),
+        "n_layernorms": len(layernorms),
+        "layernorm": both("layernorm"),
+        "pooler": both("pooler"),
+        "classifier": both("classifier"),
+        "total_trainable": summary.total_trainable,
+        "backbone": summary.backbone,
+    }
+    return _with_derived(counts)
+
+
+def backbone_config(name: str) -> BertConfig:
+    """The BertConfig of a named backbone shape (see NAMED_CONFIGS)."""
+    if name not in NAMED_CONFIGS:
+        raise ValueError(f"unknown backbone {name!r}; known backbones: {', '.join(NAMED_CONFIGS)}")
+    from transformers import BertConfig
+
+    return BertConfig(**NAMED_CONFIGS[name])
+
+
+def meta_model(
+    config: BertConfig, placement: str, bottleneck: int, train_layernorm: bool = True, num_labels: int = 2
+) -> BertForSequenceClassification:
+    """A BertForSequenceClassification with adapters whose parameters all live on the meta device.
+
+    Shapes, names and trainable flags are real; no weight memory is allocated, whatever the size.
+    """
+    from transformers import BertForSequenceClassification
+
+    _check_request(placement, bottleneck, num_labels)
+    config = copy.deepcopy(config)
+    config.num_labels = num_labels
+    with torch.device("meta"):
+        model = BertForSequenceClassification(config)
+        add_adapters(model, placement, bottleneck, train_layernorm=train_layernorm)
+    return model
+
+
+@dataclass(frozen=True)
+class CountRow:
+    key: str
+    item: str
+    formula: str
+    closed_form: int | float
+    counted: int | float
+
+    @property
+    def match(self) -> bool:
+        if isinstance(self.closed_form, float) or isinstance(self.counted, float):
+            return math.isclose(self.closed_form, self.counted, rel_tol=1e-12)
+        return self.closed_form == self.counted
+
+
+def _row_labels(config: BertConfig, placement: str, r: int, train_layernorm: bool, num_labels: int) -> list:
+    d, L, k = config.hidden_size, config.num_hidden_layers, ADAPTERS_PER_LAYER[placement]
+    state = "trained" if train_layernorm else "frozen"
+    return [
+        ("per_adapter", "per adapter", f"2rd + r + d, d={d}, r={r}"),
+        ("n_adapters", "adapter modules", f"L·k = {L}·{k}"),
+        ("adapters", "adapters total", "L·k·(2rd + r + d)"),
+        ("n_layernorms", "LayerNorm modules", "2L + 1"),
+        ("layernorm", f"LayerNorms ({state})", "(2L + 1)·2d"),
+        ("pooler", "pooler", "d² + d"),
+        ("classifier", "classifier", f"d·n + n, n={num_labels}"),
+        ("total_trainable", "total trainable", "adapters + head" + (" + LayerNorms" if train_layernorm else "")),
+        ("backbone", "backbone", "BertModel, no classifier"),
+        ("adapters_percent_of_backbone", "adapters, % of backbone", "100·adapters / backbone"),
+        ("percent_of_backbone", "trainable, % of backbone", "100·trainable / backbone"),
+        ("checkpoint_fp32_mb", "checkpoint fp32 (MB)", "4 B · trainable"),
+        ("checkpoint_fp16_mb", "checkpoint fp16 (MB)", "2 B · trainable"),
+        ("adam_state_bytes", "Adam state (bytes)", "2 moments · 4 B · trainable"),
+        ("adam_state_bytes_full", "Adam state, full FT (bytes)", "8 B · (backbone + classifier)"),
+    ]
+
+
+@dataclass
+class CountReport:
+    """Closed form and counted numbers side by side, for one backbone, placement and bottleneck."""
+
+    backbone: str
+    config: BertConfig
+    placement: str
+    bottleneck: int
+    train_layernorm: bool
+    num_labels: int
+    rows: list
+
+    @property
+    def all_match(self) -> bool:
+        return all(row.match for row in self.rows)
+
+    def row(self, key: str) -> CountRow:
+        return next(row for row in self.rows if row.key == key)
+
+    def as_dict(self) -> dict:
+        c = self.config
+        return {
+            "backbone": self.backbone,
+            "shape": {
+                "layers": c.num_hidden_layers,
+                "hidden_size": c.hidden_size,
+                "attention_heads": c.num_attention_heads,
+                "intermediate_size": c.intermediate_size,
+                "vocab_size": c.vocab_size,
+            },
+            "placement": self.placement,
+            "adapters_per_layer": ADAPTERS_PER_LAYER[self.placement],
+            "bottleneck": self.bottleneck,
+            "train_layernorm": self.train_layernorm,
+            "num_labels": self.num_labels,
+            "rows": [
+                {"key": r.key, "item": r.item, "formula": r.formula, "closed_form": r.closed_form,
+                 "counted": r.counted, "match": r.match}
+                for r in self.rows
+            ],
+            "all_match": self.all_match,
+        }
+
+    def __str__(self) -> str:
+        c = self.config
+
+        def fmt(value) -> str:
+            return f"{value:,.3f}" if isinstance(value, float) else f"{value:,}"
+
+        header = (
+            f"{self.backbone}: L={c.num_hidden_layers}, d={c.hidden_size}, FFN {c.intermediate_size}; "
+            f"{self.placement} (k={ADAPTERS_PER_LAYER[self.placement]} per layer), r={self.bottleneck}, "
+            f"LayerNorms {'trained' if self.train_layernorm else 'frozen'}, {self.num_labels} labels"
+        )
+        lines = [header, f"{'item':<29}{'formula':<32}{'closed form':>16}{'counted':>16}  match"]
+        for r in self.rows:
+            lines.append(
+                f"{r.item:<29}{r.formula:<32}{fmt(r.closed_form):>16}{fmt(r.counted):>16}  {'yes' if r.match else 'NO'}"
+            )
+        verdict = "every row matches" if self.all_match else "MISMATCH between closed form and counted model"
+        lines.append(f"{verdict} (counted on the meta device: no weights allocated; MB = 10^6 bytes)")
+        return "\n".join(lines)
+
+
+def compare_counts(
+    config: BertConfig | str,
+    placement: str = "houlsby",
+    bottleneck: int = 64,
+    train_layernorm: bool = True,
+    num_labels: int = 2,
+) -> CountReport:
+    """Closed forms beside a count of the real model built on the meta device.
+
+    ``config`` is a BertConfig or a name from NAMED_CONFIGS.
+    """
+    _check_request(placement, bottleneck, num_labels)
+    name = config if isinstance(config, str) else "custom BertConfig"
+    if isinstance(config, str):
+        config = backbone_config(config)
+    closed = bert_counts(config, placement, bottleneck, train_layernorm, num_labels)
+    counted = count_model(meta_model(config, placement, bottleneck, train_layernorm, num_labels))
+    rows = [
+        CountRow(key, item, formula, closed[key], counted[key])
+        for key, item, formula in _row_labels(config, placement, bottleneck, train_layernorm, num_labels)
+    ]
+    return CountReport(name, config, placement, bottleneck, train_layernorm, num_labels, rows)
+
+
+def count_command(args) -> int:
+    """`adapterlab count`: print the report (table or JSON). 0 = all match, 1 = mismatch, 2 = bad input."""
+    try:
+        report = compare_counts(
+            args.backbone, args.placement, args.bottleneck, not args.frozen_layernorm, args.num_labels
+        )
+    except ValueError as error:
+        print(f"adapterlab count: error: {error}", file=sys.stderr)
+        return 2
+    print(json.dumps(report.as_dict(), indent=2) if args.json else report)
+    return 0 if report.all_match else 1
