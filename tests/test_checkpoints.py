@@ -1,0 +1,309 @@
+"""Adapter-set checkpoints: round trip, contents, size, every bad input, atomic saves, no unpickling."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+from pathlib import Path
+
+import pytest
+import safetensors.torch
+import torch
+import transformers
+
+from adapterlab import checkpoints
+from adapterlab.checkpoints import CONFIG_FILE, TENSORS_FILE, CheckpointError, load_adapter_set, save_adapter_set
+from adapterlab.placement import add_adapters, adapter_config
+
+
+def trained(model, seed=7, **adapter_args):
+    """Add adapters and move every trainable tensor away from its init, as training would."""
+    add_adapters(model, **{"placement": "houlsby", "bottleneck": 4, **adapter_args})
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.requires_grad:
+                parameter.add_(0.1 * torch.randn(parameter.shape, generator=generator))
+    return model
+
+
+def logits(model, batch):
+    with torch.no_grad():
+        return model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+
+
+def rewrite_config(directory, change):
+    path = Path(directory) / CONFIG_FILE
+    manifest = json.loads(path.read_text())
+    change(manifest)
+    path.write_text(json.dumps(manifest))
+
+
+def resync_sha(directory):
+    """Record the tensor file's current hash, so the loader's later checks are the ones exercised."""
+    digest = hashlib.sha256((Path(directory) / TENSORS_FILE).read_bytes()).hexdigest()
+    rewrite_config(directory, lambda manifest: manifest.update(sha256=digest))
+
+
+@pytest.fixture
+def saved(make_classifier, tmp_path):
+    model = trained(make_classifier(seed=0))
+    save_adapter_set(model, tmp_path / "set", backbone="tiny", extra={"task": "sst2", "accuracy": 0.5})
+    return model, tmp_path / "set"
+
+
+@pytest.mark.parametrize(
+    "adapter_args",
+    [
+        {},
+        {"placement": "pfeiffer", "layers": [0, 2], "train_layernorm": False},
+        {"placement": "parallel", "activation": "relu", "parallel_scale": 2.0},
+    ],
+)
+def test_round_trip_into_a_fresh_backbone_gives_identical_outputs(make_classifier, batch, tmp_path, adapter_args):
+    model = trained(make_classifier(seed=0), **adapter_args)
+    save_adapter_set(model, tmp_path)
+    fresh = make_classifier(seed=0)
+    assert not torch.allclose(logits(fresh, batch), logits(model, batch))
+    result = load_adapter_set(fresh, tmp_path)
+    assert torch.equal(logits(fresh, batch), logits(model, batch))
+    assert adapter_config(fresh) == adapter_config(model)
+    assert result["missing_keys"] == [] and result["unexpected_keys"] == []
+
+
+def test_the_file_holds_exactly_adapters_layernorms_and_head(saved):
+    model, directory = saved
+    tensors = safetensors.torch.load_file(str(directory / TENSORS_FILE))
+    expected = {
+        name
+        for name, _ in model.named_parameters()
+        if ".adapter." in name or "LayerNorm" in name or "pooler" in name or name.startswith("classifier.")
+    }
+    assert set(tensors) == expected
+    # tiny BERT: d = 32, 3 layers, r = 4, Houlsby (2 adapters per layer), 7 LayerNorms, 2 labels
+    d, r, layers = 32, 4, 3
+    closed_form = 2 * layers * (2 * r * d + r + d) + 7 * 2 * d + (d * d + d) + (d * 2 + 2)
+    assert sum(t.numel() for t in tensors.values()) == closed_form
+    manifest = json.loads((directory / CONFIG_FILE).read_text())
+    assert manifest["num_parameters"] == closed_form
+    assert manifest["tensors"] == {name: list(t.shape) for name, t in tensors.items()}
+    assert manifest["backbone"] == {"name": "tiny", "hidden_size": d, "num_layers": layers, "num_labels": 2}
+    assert manifest["adapter"]["bottleneck"] == r and manifest["extra"] == {"task": "sst2", "accuracy": 0.5}
+
+
+def test_frozen_layernorms_are_left_out(make_classifier, tmp_path):
+    save_adapter_set(trained(make_classifier(), train_layernorm=False), tmp_path)
+    names = safetensors.torch.load_file(str(tmp_path / TENSORS_FILE))
+    assert names and not any("LayerNorm" in name for name in names)
+
+
+def test_load_returns_the_saved_config_and_extra(saved, make_classifier):
+    result = load_adapter_set(make_classifier(seed=0), saved[1])
+    assert result["extra"] == {"task": "sst2", "accuracy": 0.5} and result["backbone"]["name"] == "tiny"
+
+
+def test_float16_halves_the_file_and_loads_back_close(make_classifier, batch, tmp_path):
+    model = trained(make_classifier(seed=0))
+    save_adapter_set(model, tmp_path / "fp32")
+    save_adapter_set(model, tmp_path / "fp16", dtype=torch.float16)
+    half = safetensors.torch.load_file(str(tmp_path / "fp16" / TENSORS_FILE))
+    assert {t.dtype for t in half.values()} == {torch.float16}
+    numbers = json.loads((tmp_path / "fp32" / CONFIG_FILE).read_text())["num_parameters"]
+    size = lambda name: (tmp_path / name / TENSORS_FILE).stat().st_size  # noqa: E731
+    header = 64 * 1024
+    assert 4 * numbers < size("fp32") < 4 * numbers + header
+    assert 2 * numbers < size("fp16") < 2 * numbers + header
+    fresh = make_classifier(seed=0)
+    load_adapter_set(fresh, tmp_path / "fp16")
+    assert next(fresh.classifier.parameters()).dtype == torch.float32
+    torch.testing.assert_close(logits(fresh, batch), logits(model, batch), atol=1e-2, rtol=1e-2)
+
+
+def test_bert_base_houlsby_r64_adapter_set_is_a_few_megabytes(tmp_path):
+    torch.manual_seed(0)
+    model = transformers.BertForSequenceClassification(transformers.BertConfig())
+    add_adapters(model, "houlsby", bottleneck=64)
+    save_adapter_set(model, tmp_path)
+    # adapters 2,379,264 (paper), 25 LayerNorms of 2·768, pooler 768² + 768, 2-way classifier
+    numbers = 2_379_264 + 25 * 2 * 768 + (768 * 768 + 768) + (768 * 2 + 2)
+    size = (tmp_path / TENSORS_FILE).stat().st_size
+    whole_model = 4 * sum(p.numel() for p in model.parameters())
+    assert 4 * numbers < size < 4 * numbers + 64 * 1024
+    assert size < 20e6 and size < whole_model / 30
+
+
+def test_missing_directory(make_classifier, tmp_path):
+    with pytest.raises(CheckpointError, match="no such folder"):
+        load_adapter_set(make_classifier(), tmp_path / "nowhere")
+
+
+@pytest.mark.parametrize("name", [CONFIG_FILE, TENSORS_FILE])
+def test_missing_file_is_named(saved, make_classifier, name):
+    (saved[1] / name).unlink()
+    with pytest.raises(CheckpointError, match=f"{name} is missing"):
+        load_adapter_set(make_classifier(), saved[1])
+
+
+@pytest.mark.parametrize(
+    "shape, wrong",
+    [
+        ({"hidden_size": 48}, "hidden_size 32 \\(this model: 48\\)"),
+        ({"num_hidden_layers": 2}, "num_layers 3 \\(this model: 2\\)"),
+        ({"num_labels": 3}, "num_labels 2 \\(this model: 3\\)"),
+    ],
+)
+def test_backbone_of_another_shape_is_refused_and_says_which(saved, make_classifier, shape, wrong):
+    other = make_classifier(**shape)
+    with pytest.raises(CheckpointError, match=wrong):
+        load_adapter_set(other, saved[1])
+    assert adapter_config(other) is None
+
+
+def test_truncated_tensor_file_is_refused(saved, make_classifier):
+    path = saved[1] / TENSORS_FILE
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(CheckpointError, match=f"{TENSORS_FILE} does not match the sha256.*truncated"):
+        load_adapter_set(make_classifier(), saved[1])
+
+
+def test_truncated_tensor_file_with_a_matching_hash_is_still_refused(saved, make_classifier):
+    """The hash ties the files together; safetensors' own checks must still catch a broken file."""
+    path = saved[1] / TENSORS_FILE
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    resync_sha(saved[1])
+    model = make_classifier()
+    with pytest.raises(CheckpointError, match=f"{TENSORS_FILE} is not a readable safetensors file"):
+        load_adapter_set(model, saved[1])
+    assert adapter_config(model) is None
+
+
+def test_a_pickle_under_the_name_is_never_unpickled(saved, make_classifier, tmp_path):
+    marker = tmp_path / "code-ran"
+
+    class Payload:
+        def __reduce__(self):
+            return (Path.touch, (marker,))
+
+    (saved[1] / TENSORS_FILE).write_bytes(pickle.dumps({"classifier.weight": Payload()}))
+    resync_sha(saved[1])
+    with pytest.raises(CheckpointError, match="not a readable safetensors file"):
+        load_adapter_set(make_classifier(), saved[1])
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("{not json", "is not valid JSON"),
+        ("[1, 2]", "is not an adapterlab adapter set"),
+    ],
+)
+def test_malformed_config_is_named(saved, make_classifier, text, message):
+    (saved[1] / CONFIG_FILE).write_text(text)
+    with pytest.raises(CheckpointError, match=f"{CONFIG_FILE} {message}"):
+        load_adapter_set(make_classifier(), saved[1])
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda m: m.pop("backbone"), "'backbone' is missing"),
+        (lambda m: m["backbone"].pop("num_layers"), "backbone.num_layers is missing"),
+        (lambda m: m.update(format_version=99), "format_version 99"),
+        (lambda m: m["adapter"].update(placement="sideways"), "cannot be applied.*placement"),
+    ],
+)
+def test_config_with_wrong_content_is_named(saved, make_classifier, change, message):
+    rewrite_config(saved[1], change)
+    model = make_classifier()
+    with pytest.raises(CheckpointError, match=message):
+        load_adapter_set(model, saved[1])
+    assert adapter_config(model) is None
+
+
+def test_tensor_shape_mismatch_names_the_tensor_and_leaves_the_model_unchanged(saved, make_classifier):
+    rewrite_config(saved[1], lambda m: m["adapter"].update(bottleneck=8))
+    model = make_classifier()
+    message = r"tensor \S+\.adapter\.down\.\w+ has shape \[4.*\], the model expects \[8"
+    with pytest.raises(CheckpointError, match=message):
+        load_adapter_set(model, saved[1])
+    assert adapter_config(model) is None and all(p.requires_grad for p in model.parameters())
+
+
+def test_model_with_other_adapters_is_refused_and_untouched(saved, make_classifier):
+    model = add_adapters(make_classifier(), "houlsby", bottleneck=8)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(CheckpointError, match="already has adapters.*bottleneck: model 8, file 4"):
+        load_adapter_set(model, saved[1])
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_model_with_the_same_adapters_takes_the_weights(saved, make_classifier, batch):
+    model = add_adapters(make_classifier(seed=0), "houlsby", bottleneck=4)
+    load_adapter_set(model, saved[1])
+    assert torch.equal(logits(model, batch), logits(saved[0], batch))
+
+
+def test_strict_requires_every_tensor_and_non_strict_reports_the_gaps(saved, make_classifier):
+    path = saved[1] / TENSORS_FILE
+    tensors = safetensors.torch.load_file(str(path))
+    del tensors["classifier.bias"]
+    tensors["extra.weight"] = torch.zeros(1)
+    safetensors.torch.save_file(tensors, str(path))
+    resync_sha(saved[1])
+    model = make_classifier()
+    with pytest.raises(CheckpointError, match=r"missing \['classifier.bias'\], unexpected \['extra.weight'\]"):
+        load_adapter_set(model, saved[1])
+    assert adapter_config(model) is None
+    result = load_adapter_set(model, saved[1], strict=False)
+    assert (result["missing_keys"], result["unexpected_keys"]) == (["classifier.bias"], ["extra.weight"])
+    assert torch.equal(model.classifier.weight, saved[0].classifier.weight)
+
+
+def test_saving_needs_adapters_and_json_extra(make_classifier, tmp_path):
+    with pytest.raises(CheckpointError, match="no adapters"):
+        save_adapter_set(make_classifier(), tmp_path)
+    with pytest.raises(CheckpointError, match="extra must hold only JSON values"):
+        save_adapter_set(trained(make_classifier()), tmp_path, extra={"when": object()})
+    (tmp_path / "file").write_text("")
+    with pytest.raises(CheckpointError, match="not a folder"):
+        save_adapter_set(trained(make_classifier()), tmp_path / "file")
+
+
+def test_interrupted_write_keeps_the_previous_set(saved, make_classifier, batch, monkeypatch):
+    model, directory = saved
+    real_save = safetensors.torch.save_file
+
+    def disk_full(tensors, filename, *args, **kwargs):
+        real_save(tensors, filename, *args, **kwargs)
+        Path(filename).write_bytes(Path(filename).read_bytes()[:100])
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        save_adapter_set(trained(make_classifier(seed=0), seed=99), directory)
+    assert sorted(p.name for p in directory.iterdir()) == [CONFIG_FILE, TENSORS_FILE]
+    fresh = make_classifier(seed=0)
+    load_adapter_set(fresh, directory)
+    assert torch.equal(logits(fresh, batch), logits(model, batch))
+
+
+def test_a_crash_between_the_two_renames_is_detected(saved, make_classifier, monkeypatch):
+    real_replace = os.replace
+    calls = []
+
+    def crash_on_second(source, target):
+        calls.append(target)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        real_replace(source, target)
+
+    monkeypatch.setattr(checkpoints.os, "replace", crash_on_second)
+    with pytest.raises(KeyboardInterrupt):
+        save_adapter_set(trained(make_classifier(seed=0), seed=99), saved[1])
+    monkeypatch.undo()
+    assert sorted(p.name for p in saved[1].iterdir()) == [CONFIG_FILE, TENSORS_FILE]
+    with pytest.raises(CheckpointError, match="does not match the sha256"):
+        load_adapter_set(make_classifier(), saved[1])
