@@ -1,6 +1,8 @@
 """adapterlab: a teaching lab on bottleneck adapters (Houlsby et al. 2019)."""
 
 from .adapter import ACTIVATIONS, INIT_SCHEMES, BottleneckAdapter
+from .counting import bert_counts, compare_counts, count_model
+from .lora import LoRALinear, best_linear_fit, fold_adapters, fold_linear_adapter, linear_adapter_matrix
 from .placement import (
     METHODS,
     PLACEMENTS,
