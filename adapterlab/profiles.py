@@ -1,0 +1,117 @@
+"""Run profiles: how big every lab runs, chosen once by the ``ADAPTERLAB_PROFILE`` environment variable.
+
+* ``student`` (the default) — the real thing on a laptop: bert-base-uncased (or, when it cannot be
+  had, the offline stand-in, with a notice), the real GLUE data, sweeps dense enough to read a curve
+  from. Every cell stays within a few minutes on a 4-core laptop.
+* ``ci`` — the same notebooks, small enough that the whole labs suite runs in minutes on 2 cores:
+  the offline stand-in, a few hundred examples, coarse sweeps. The facts the labs check (shapes,
+  counts, identity errors) do not depend on the profile; only measured curves and timings do.
+
+A profile is a frozen dataclass of plain values, so a notebook reads ``profile.steps`` and nothing
+else decides how big a run is. To add a setting for a new lab, add a field with a value in both
+profiles below.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+
+from .backbones import BERT_BASE, STANDIN
+
+PROFILE_ENV = "ADAPTERLAB_PROFILE"
+DEFAULT_PROFILE = "student"
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Every size a lab may depend on. ``seed`` seeds everything random in the labs."""
+
+    name: str
+    description: str
+    #: What load_backbone is asked for, and whether it may fall back to the offline stand-in.
+    backbone: str
+    fallback: bool
+    #: Examples per split (None: all of them) and the batches they are cut into.
+    max_train: int | None
+    max_eval: int | None
+    batch_size: int
+    #: Training steps per run (the training labs).
+    steps: int
+    #: Sentences fed through a whole model when a lab measures it (near-identity, timing).
+    probe_sentences: int
+    #: Init scales swept on a whole model (lab 2), log-spaced from 1e-7 to 1.
+    init_scale_points: int
+    #: Bottleneck sizes r swept (lab 4 and the training labs).
+    bottlenecks: tuple[int, ...]
+    #: Repeats of a timed forward pass; the median is reported.
+    timing_repeats: int
+    seed: int = 0
+
+    def as_rows(self) -> list[tuple[str, str]]:
+        """(field, value) pairs, for a table in a notebook."""
+        return [(field.name, _show(getattr(self, field.name))) for field in dataclasses.fields(self)]
+
+
+def _show(value) -> str:
+    if value is None:
+        return "all"
+    if isinstance(value, tuple):
+        return ", ".join(str(v) for v in value)
+    return str(value)
+
+
+PROFILES: dict[str, Profile] = {
+    "student": Profile(
+        name="student",
+        description="full size for a laptop: bert-base-uncased (or the offline stand-in), real data",
+        backbone=BERT_BASE,
+        fallback=True,
+        max_train=None,
+        max_eval=None,
+        batch_size=32,
+        steps=600,
+        probe_sentences=32,
+        init_scale_points=15,
+        bottlenecks=(2, 4, 8, 16, 32, 64, 128, 256),
+        timing_repeats=20,
+    ),
+    "ci": Profile(
+        name="ci",
+        description="fast and small for automated tests: the offline stand-in, a few hundred examples",
+        backbone=STANDIN,
+        fallback=True,
+        max_train=512,
+        max_eval=256,
+        batch_size=16,
+        steps=30,
+        probe_sentences=8,
+        init_scale_points=8,
+        bottlenecks=(8, 64, 256),
+        timing_repeats=3,
+    ),
+}
+
+
+def get_profile(name: str) -> Profile:
+    """The profile called ``name``; a ValueError naming the choices for anything else."""
+    if name not in PROFILES:
+        raise ValueError(
+            f"unknown profile {name!r}: {PROFILE_ENV} must be one of {', '.join(PROFILES)} "
+            f"(unset means {DEFAULT_PROFILE!r})"
+        )
+    return PROFILES[name]
+
+
+def current_profile() -> Profile:
+    """The profile named by ``$ADAPTERLAB_PROFILE`` (unset or empty: ``student``)."""
+    name = os.environ.get(PROFILE_ENV, "").strip().lower() or DEFAULT_PROFILE
+    return get_profile(name)
+
+
+def init_scales(profile: Profile) -> list[float]:
+    """The profile's init-scale grid: log-spaced from 1e-7 to 1, always holding 1e-3 and 1e-2."""
+    n = profile.init_scale_points
+    grid = {round(10 ** (-7 + 7 * i / (n - 1)), 12) for i in range(n)} | {1e-3, 1e-2}
+    return sorted(grid)
