@@ -20,6 +20,8 @@ and classifier), ``layernorm`` only (+ head) and ``top_k`` layers (+ head).
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -111,6 +113,8 @@ def _set_sublayer_output(layer: nn.Module, position: str, module: nn.Module) -> 
 def _check_layers(layers, n_layers: int) -> list[int]:
     if layers is None:
         return list(range(n_layers))
+    if isinstance(layers, (int, str)) or not hasattr(layers, "__iter__"):
+        raise PlacementError(f"layers must be a list of layer indices such as [0, 1] (or None for all); got {layers!r}")
     chosen = []
     for index in layers:
         if isinstance(index, bool) or not isinstance(index, int) or not -n_layers <= index < n_layers:
@@ -142,8 +146,21 @@ def add_adapters(
         raise PlacementError(f"placement must be one of {', '.join(PLACEMENTS)}; got {placement!r}")
     if getattr(model, CONFIG_ATTRIBUTE, None) is not None:
         raise PlacementError("this model already has adapters; call remove_adapters(model) first")
+    if placement == "parallel" and (
+        isinstance(parallel_scale, bool)
+        or not isinstance(parallel_scale, numbers.Real)
+        or not math.isfinite(parallel_scale)
+    ):
+        raise PlacementError(f"parallel_scale must be a finite number (He et al. use 4); got {parallel_scale!r}")
     all_layers = encoder_layers(model)
+    if adapted_outputs(model):
+        raise PlacementError(
+            "this model already has adapters (added through a model that contains it); "
+            "call remove_adapters on that model first"
+        )
     chosen = _check_layers(layers, len(all_layers))
+    if not chosen:
+        raise PlacementError("layers is empty: name at least one layer, or pass None for all layers")
     planned = []
     for index in chosen:
         for position, mode in POSITIONS[placement]:
@@ -153,13 +170,14 @@ def add_adapters(
                 output.dense.out_features, bottleneck, activation, init, init_scale, bias
             ).to(device=weight.device, dtype=weight.dtype)
             scale = parallel_scale if mode == "parallel" else 1.0
-            planned.append((all_layers[index], position, AdaptedOutput(output, adapter, mode, scale)))
+            adapted = AdaptedOutput(output, adapter, mode, scale).train(output.training)  # the model's mode
+            planned.append((all_layers[index], position, adapted))
     requires_grad = {name: p.requires_grad for name, p in model.named_parameters()}
     for layer, position, adapted in planned:
         _set_sublayer_output(layer, position, adapted)
     config = {
         "placement": placement,
-        "bottleneck": bottleneck,
+        "bottleneck": int(bottleneck),  # a NumPy integer would not survive a JSON config
         "activation": activation,
         "init": init,
         "init_scale": float(init_scale),
@@ -198,9 +216,14 @@ def remove_adapters(model: nn.Module) -> nn.Module:
     as its own weights were not trained in between.
     """
     if getattr(model, CONFIG_ATTRIBUTE, None) is None:
-        raise PlacementError("this model has no adapters to remove")
+        raise PlacementError(
+            "this model has no adapters to remove (if they were added to a model that contains this one, "
+            "call remove_adapters on that model)"
+        )
     layers = encoder_layers(model)
     for index, position, adapted in adapted_outputs(model):
+        # The original sat outside the module tree, so train()/eval() did not reach its own flag.
+        adapted.original.train(adapted.training)
         _set_sublayer_output(layers[index], position, adapted.original)
     saved = getattr(model, "_adapterlab_requires_grad", {})
     for name, parameter in model.named_parameters():

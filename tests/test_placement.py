@@ -1,0 +1,572 @@
+"""Adapters inside a tiny BERT: where they sit (checked by recomputing a layer by hand), switching
+them off and removing them bit for bit, errors that leave the model untouched, what is trainable,
+near-identity logits, and the step-zero gradients of zero_up adapters in the whole model."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+import transformers
+from torch import nn
+
+from adapterlab.adapter import BottleneckAdapter
+from adapterlab.placement import (
+    GROUPS,
+    AdaptedOutput,
+    PlacementError,
+    add_adapters,
+    adapted_outputs,
+    adapter_config,
+    apply_method,
+    enabled_layers,
+    remove_adapters,
+    set_adapters_enabled,
+    set_trainable,
+    trainable_summary,
+)
+from conftest import tiny_bert_config
+
+L, D, FFN, R = 3, 32, 64, 8
+
+
+def gelu(x):
+    return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+
+def linear(module: nn.Linear, x):
+    return x @ module.weight.T + module.bias
+
+
+def layer_norm(module: nn.LayerNorm, x, eps: float):
+    mean = x.mean(-1, keepdim=True)
+    var = ((x - mean) ** 2).mean(-1, keepdim=True)
+    return (x - mean) / torch.sqrt(var + eps) * module.weight + module.bias
+
+
+def adapter_delta(adapter: BottleneckAdapter, x):
+    return linear(adapter.up, gelu(linear(adapter.down, x)))
+
+
+def logits_of(model, batch):
+    with torch.no_grad():
+        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    return out.logits if hasattr(out, "logits") else out.last_hidden_state
+
+
+def adapter_parameter_names(model) -> set[str]:
+    return {
+        f"{module_name}.{name}"
+        for module_name, module in model.named_modules()
+        if isinstance(module, BottleneckAdapter)
+        for name, _ in module.named_parameters()
+    }
+
+
+def parameter_names_of(model, *modules) -> set[str]:
+    ids = {id(p) for module in modules for p in module.parameters()}
+    return {name for name, p in model.named_parameters() if id(p) in ids}
+
+
+def layernorm_names(model) -> set[str]:
+    return parameter_names_of(model, *[m for m in model.modules() if isinstance(m, nn.LayerNorm)])
+
+
+def trainable_names(model) -> set[str]:
+    return {name for name, p in model.named_parameters() if p.requires_grad}
+
+
+def make_adapters_visible(model, seed: int = 0):
+    """Random nonzero weights and biases in every adapter, so a misplaced adapter cannot hide."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, BottleneckAdapter):
+                for p in module.parameters():
+                    p.copy_(0.3 * torch.randn(p.shape, generator=generator, dtype=p.dtype))
+    return model
+
+
+def snapshot(model) -> dict:
+    return {
+        "state": {k: v.clone() for k, v in model.state_dict().items()},
+        "modules": [(name, type(m), id(m)) for name, m in model.named_modules()],
+        "requires_grad": {n: p.requires_grad for n, p in model.named_parameters()},
+        "config": adapter_config(model),
+    }
+
+
+def assert_unchanged(model, before: dict) -> None:
+    after = snapshot(model)
+    assert list(after["state"]) == list(before["state"])
+    assert all(torch.equal(after["state"][k], before["state"][k]) for k in before["state"])
+    assert after["modules"] == before["modules"]
+    assert after["requires_grad"] == before["requires_grad"]
+    assert after["config"] == before["config"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# where the adapters go
+# ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "placement, positions",
+    [("houlsby", {"attention", "ffn"}), ("pfeiffer", {"ffn"}), ("parallel", {"ffn"})],
+)
+@pytest.mark.parametrize("factory", ["make_bert", "make_classifier"])
+def test_positions_and_counts(request, factory, placement, positions):
+    model = request.getfixturevalue(factory)()
+    prefix = "bert." if factory == "make_classifier" else ""
+    add_adapters(model, placement, bottleneck=R)
+    found = adapted_outputs(model)
+    assert [(i, p) for i, p, _ in found] == [(i, p) for i in range(L) for p in ("attention", "ffn") if p in positions]
+    for i, layer in enumerate(model.base_model.encoder.layer):
+        assert isinstance(layer.attention.output, AdaptedOutput) == ("attention" in positions)
+        assert isinstance(layer.output, AdaptedOutput)
+        assert layer.output.mode == ("parallel" if placement == "parallel" else "serial")
+    names = adapter_parameter_names(model)
+    assert f"{prefix}encoder.layer.2.output.adapter.down.weight" in names
+    assert (f"{prefix}encoder.layer.0.attention.output.adapter.up.bias" in names) == ("attention" in positions)
+    count = sum(p.numel() for n, p in model.named_parameters() if n in names)
+    assert count == L * len(positions) * (2 * R * D + R + D)
+    assert adapter_config(model)["placement"] == placement
+
+
+def test_layer_subset(make_classifier):
+    model = make_classifier()
+    add_adapters(model, "houlsby", bottleneck=R, layers=[2, 0])
+    assert sorted({i for i, _, _ in adapted_outputs(model)}) == [0, 2]
+    assert not isinstance(model.bert.encoder.layer[1].output, AdaptedOutput)
+    assert not isinstance(model.bert.encoder.layer[1].attention.output, AdaptedOutput)
+    assert adapter_config(model)["layers"] == [0, 2]
+    assert enabled_layers(model) == [0, 2]
+
+    last_only = make_classifier()
+    add_adapters(last_only, "pfeiffer", bottleneck=R, layers=[-1])
+    assert [(i, p) for i, p, _ in adapted_outputs(last_only)] == [(2, "ffn")]
+
+
+def capture_layer(model, index: int, batch):
+    """Run the model; return layer index's input, its output, and its attention context (pre-projection)."""
+    captured = {}
+    attention = model.base_model.encoder.layer[index].attention.self
+
+    def keep(module, args, output):  # returns None: a hook that returns a value replaces the output
+        captured["context"] = output[0]
+
+    handle = attention.register_forward_hook(keep)
+    with torch.no_grad():
+        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], output_hidden_states=True)
+    handle.remove()
+    return out.hidden_states[index], out.hidden_states[index + 1], captured["context"]
+
+
+def layer_by_hand(layer, x, context, placement, scale=None, eps=tiny_bert_config().layer_norm_eps):
+    """One BERT layer (eval mode) from its weights, with the adapters where the placement says."""
+    attention, ffn = layer.attention.output, layer.output
+    a = linear(attention.dense, context)
+    if placement == "houlsby":
+        a = a + adapter_delta(attention.adapter, a)
+    attention_out = layer_norm(attention.LayerNorm, a + x, eps)
+    o = linear(ffn.dense, gelu(linear(layer.intermediate.dense, attention_out)))
+    if placement in ("houlsby", "pfeiffer"):
+        o = o + adapter_delta(ffn.adapter, o)
+    elif placement == "parallel":
+        o = o + scale * adapter_delta(ffn.adapter, attention_out)
+    return layer_norm(ffn.LayerNorm, o + attention_out, eps)
+
+
+@pytest.mark.parametrize("placement", ["houlsby", "pfeiffer", "parallel"])
+def test_layer_output_recomputed_by_hand(make_classifier, batch, placement):
+    model = make_classifier(dtype=torch.float64)
+    x, y, context = capture_layer(model, 1, batch)
+    torch.testing.assert_close(layer_by_hand(model.bert.encoder.layer[1], x, context, None), y, rtol=1e-10, atol=1e-10)
+
+    add_adapters(model, placement, bottleneck=R, parallel_scale=2.5)
+    make_adapters_visible(model)
+    x, y, context = capture_layer(model, 1, batch)
+    layer = model.bert.encoder.layer[1]
+    expected = layer_by_hand(layer, x, context, placement, scale=2.5)
+    torch.testing.assert_close(y, expected, rtol=1e-10, atol=1e-10)
+    for other in {"pfeiffer", "parallel", None} - {placement}:  # houlsby needs an attention adapter
+        assert (layer_by_hand(layer, x, context, other, scale=2.5) - y).abs().max() > 1e-3
+
+
+def test_parallel_scale_zero_is_the_backbone(make_classifier, batch):
+    base, model = make_classifier(), make_classifier()
+    add_adapters(model, "parallel", bottleneck=R, parallel_scale=0.0)
+    make_adapters_visible(model)
+    assert torch.equal(logits_of(model, batch), logits_of(base, batch))
+
+
+@pytest.mark.parametrize("placement", ["houlsby", "pfeiffer"])
+def test_serial_adapter_reads_the_output_after_dropout(make_classifier, batch, placement):
+    """The original code applies the adapter to dropout(dense(x)), before the residual + LayerNorm."""
+    model = make_classifier()
+    add_adapters(model, placement, bottleneck=R)
+    model.train()
+    seen = {}
+    handles = []
+    for i, position, adapted in adapted_outputs(model):
+        key = (i, position)
+        handles.append(adapted.adapter.register_forward_pre_hook(lambda m, args, k=key: seen.__setitem__((k, "in"), args[0])))
+        handles.append(adapted.dense.register_forward_hook(lambda m, args, out, k=key: seen.__setitem__((k, "dense"), out)))
+
+    for _, _, adapted in adapted_outputs(model):
+        adapted.dropout.p = 1.0
+    logits_of(model, batch)
+    for i, position, _ in adapted_outputs(model):
+        assert torch.count_nonzero(seen[((i, position), "in")]) == 0
+        assert torch.count_nonzero(seen[((i, position), "dense")]) > 0
+
+    for _, _, adapted in adapted_outputs(model):
+        adapted.dropout.p = 0.5
+    torch.manual_seed(0)
+    logits_of(model, batch)
+    for i, position, _ in adapted_outputs(model):
+        seen_in, dense = seen[((i, position), "in")], seen[((i, position), "dense")]
+        kept = seen_in != 0
+        assert 0.35 < 1 - kept.float().mean().item() < 0.65
+        torch.testing.assert_close(seen_in[kept], 2.0 * dense[kept])  # inverted dropout scales by 1/(1-p)
+    for handle in handles:
+        handle.remove()
+
+
+# ---------------------------------------------------------------------------------------------------
+# switching off and removing
+# ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("placement", ["houlsby", "pfeiffer", "parallel"])
+def test_disabled_adapters_give_the_backbone_bit_for_bit(make_classifier, batch, placement):
+    base, model = make_classifier(), make_classifier()
+    add_adapters(model, placement, bottleneck=R, init="bert")
+    assert not torch.equal(logits_of(model, batch), logits_of(base, batch))
+    set_adapters_enabled(model, False)
+    assert enabled_layers(model) == []
+    assert torch.equal(logits_of(model, batch), logits_of(base, batch))
+    set_adapters_enabled(model, True)
+    assert enabled_layers(model) == [0, 1, 2]
+    assert not torch.equal(logits_of(model, batch), logits_of(base, batch))
+
+
+def test_disabling_one_layer_touches_only_that_layer(make_classifier, batch):
+    model = make_classifier()
+    add_adapters(model, "houlsby", bottleneck=R, init="bert")
+    with torch.no_grad():
+        all_on = model(**{k: batch[k] for k in ("input_ids", "attention_mask")}, output_hidden_states=True)
+    reference = copy.deepcopy(model)  # layer 1 by hand: its original modules put back
+    layer = reference.bert.encoder.layer[1]
+    layer.attention.output, layer.output = layer.attention.output.original, layer.output.original
+
+    set_adapters_enabled(model, False, layers=[1])
+    assert enabled_layers(model) == [0, 2]
+    assert [(i, a.enabled) for i, _, a in adapted_outputs(model)] == [(0, True), (0, True), (1, False), (1, False), (2, True), (2, True)]
+    with torch.no_grad():
+        one_off = model(**{k: batch[k] for k in ("input_ids", "attention_mask")}, output_hidden_states=True)
+    assert torch.equal(one_off.hidden_states[1], all_on.hidden_states[1])  # layer 0 unaffected
+    assert not torch.equal(one_off.hidden_states[2], all_on.hidden_states[2])
+    assert torch.equal(one_off.logits, logits_of(reference, batch))
+
+
+@pytest.mark.parametrize("placement", ["houlsby", "pfeiffer", "parallel"])
+def test_remove_restores_everything(make_classifier, batch, placement):
+    model = make_classifier()
+    model.bert.embeddings.word_embeddings.weight.requires_grad_(False)  # a flag of the user's own
+    before = snapshot(model)
+    reference = logits_of(model, batch)
+    originals = [(l.attention.output, l.output) for l in model.bert.encoder.layer]
+
+    add_adapters(model, placement, bottleneck=R, init="bert")
+    assert not any(m.training for m in model.modules())  # the new modules take the model's mode
+    model.train()
+    model.eval()
+    model.train()  # the mode flips while adapted must reach the restored modules
+    remove_adapters(model)
+    assert [(l.attention.output, l.output) for l in model.bert.encoder.layer] == originals
+    assert all(m.training for m in model.modules())
+    model.eval()
+    assert_unchanged(model, before)
+    assert torch.equal(logits_of(model, batch), reference)
+    assert adapter_config(model) is None and adapted_outputs(model) == []
+    add_adapters(model, placement, bottleneck=R)  # and it can be adapted again
+    assert len(adapted_outputs(model)) == (2 * L if placement == "houlsby" else L)
+
+
+def test_deepcopy_is_independent(make_classifier, batch):
+    base, model = make_classifier(), make_classifier()
+    add_adapters(model, "houlsby", bottleneck=R, init="bert")
+    adapted_logits = logits_of(model, batch)
+    twin = copy.deepcopy(model)
+    assert torch.equal(logits_of(twin, batch), adapted_logits)
+    remove_adapters(twin)
+    assert torch.equal(logits_of(twin, batch), logits_of(base, batch))
+    assert len(adapted_outputs(model)) == 2 * L and adapter_config(model) is not None
+    assert torch.equal(logits_of(model, batch), adapted_logits)
+    with torch.no_grad():
+        twin.bert.encoder.layer[0].output.dense.weight.add_(1.0)
+    assert torch.equal(logits_of(model, batch), adapted_logits)
+    remove_adapters(model)
+    assert torch.equal(logits_of(model, batch), logits_of(base, batch))
+
+
+@pytest.mark.parametrize(
+    "name, build",
+    [
+        ("roberta", lambda: transformers.RobertaForSequenceClassification(
+            transformers.RobertaConfig(vocab_size=100, hidden_size=D, num_hidden_layers=2, num_attention_heads=4,
+                                       intermediate_size=FFN, max_position_embeddings=64))),
+        ("electra", lambda: transformers.ElectraForSequenceClassification(
+            transformers.ElectraConfig(vocab_size=100, embedding_size=16, hidden_size=D, num_hidden_layers=2,
+                                       num_attention_heads=4, intermediate_size=FFN, max_position_embeddings=64))),
+    ],
+)
+def test_other_bert_family_encoders(name, build, batch):
+    torch.manual_seed(0)
+    model = build().eval()
+    ids = {"input_ids": batch["input_ids"] + 2, "attention_mask": batch["attention_mask"]}
+    reference = logits_of(model, ids)
+    add_adapters(model, "houlsby", bottleneck=R, init="bert")
+    assert len(adapted_outputs(model)) == 4
+    assert not torch.equal(logits_of(model, ids), reference)
+    remove_adapters(model)
+    assert torch.equal(logits_of(model, ids), reference)
+
+
+# ---------------------------------------------------------------------------------------------------
+# errors leave the model unchanged
+# ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, words",
+    [
+        ({"placement": "serial"}, PlacementError, "placement"),
+        ({"layers": [3]}, PlacementError, "layers"),
+        ({"layers": [-4]}, PlacementError, "layers"),
+        ({"layers": [0, 0]}, PlacementError, "twice"),
+        ({"layers": [0, -3]}, PlacementError, "twice"),
+        ({"layers": [1.0]}, PlacementError, "layers"),
+        ({"layers": [True]}, PlacementError, "layers"),
+        ({"layers": 1}, PlacementError, "layers"),
+        ({"layers": []}, PlacementError, "layers"),
+        ({"bottleneck": 0}, ValueError, "bottleneck"),
+        ({"bottleneck": 2.5}, ValueError, "bottleneck"),
+        ({"bottleneck": True}, ValueError, "bottleneck"),
+        ({"activation": "softmax"}, ValueError, "activation"),
+        ({"init": "orthogonal"}, ValueError, "init"),
+        ({"init_scale": float("nan")}, ValueError, "init_scale"),
+        ({"placement": "parallel", "parallel_scale": float("inf")}, PlacementError, "parallel_scale"),
+        ({"placement": "parallel", "parallel_scale": "4"}, PlacementError, "parallel_scale"),
+    ],
+)
+def test_bad_arguments_leave_the_model_unchanged(make_classifier, kwargs, error, words):
+    model = make_classifier()
+    before = snapshot(model)
+    with pytest.raises(error, match=words):
+        add_adapters(model, **{"bottleneck": R, **kwargs})
+    assert_unchanged(model, before)
+
+
+def test_adding_twice_is_refused(make_classifier):
+    model = make_classifier()
+    add_adapters(model, "houlsby", bottleneck=R)
+    before = snapshot(model)
+    with pytest.raises(PlacementError, match="already has adapters"):
+        add_adapters(model, "pfeiffer", bottleneck=R)
+    assert_unchanged(model, before)
+    with pytest.raises(PlacementError, match="already has adapters"):
+        add_adapters(model.bert, "houlsby", bottleneck=R)  # through the inner model
+    assert_unchanged(model, before)
+    with pytest.raises(PlacementError, match="remove_adapters on that model"):
+        remove_adapters(model.bert)
+    assert_unchanged(model, before)
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4)),
+        lambda: transformers.GPT2Model(transformers.GPT2Config(vocab_size=100, n_embd=D, n_layer=2, n_head=4, n_positions=32)),
+    ],
+    ids=["sequential", "gpt2"],
+)
+def test_unsupported_models_are_refused(build):
+    model = build()
+    before = snapshot(model)
+    with pytest.raises(PlacementError, match=f"{type(model).__name__} is not supported"):
+        add_adapters(model, bottleneck=R)
+    assert_unchanged(model, before)
+    with pytest.raises(PlacementError):
+        set_trainable(model, "head")
+
+
+def test_remove_and_switch_without_adapters_are_refused(make_bert):
+    model = make_bert()
+    with pytest.raises(PlacementError, match="no adapters"):
+        remove_adapters(model)
+    with pytest.raises(PlacementError, match="no adapters"):
+        set_adapters_enabled(model, False)
+    with pytest.raises(PlacementError, match="needs adapters"):
+        set_trainable(model, "adapters")
+
+
+def test_adapter_config_holds_plain_python_values(make_bert):
+    model = make_bert()
+    add_adapters(model, "pfeiffer", bottleneck=np.int64(R), init_scale=np.float64(1e-3))
+    config = adapter_config(model)
+    assert json.loads(json.dumps(config)) == config and config["bottleneck"] == R
+
+
+def test_adapter_config_is_a_copy(make_bert):
+    model = make_bert()
+    add_adapters(model, "pfeiffer", bottleneck=R, layers=[1])
+    config = adapter_config(model)
+    config["layers"].append(2)
+    config["bottleneck"] = 99
+    assert adapter_config(model)["layers"] == [1] and adapter_config(model)["bottleneck"] == R
+
+
+# ---------------------------------------------------------------------------------------------------
+# what is trainable
+# ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("train_layernorm", [True, False])
+@pytest.mark.parametrize("placement", ["houlsby", "pfeiffer", "parallel"])
+def test_freezing_after_add_adapters(make_classifier, placement, train_layernorm):
+    model = make_classifier()
+    add_adapters(model, placement, bottleneck=R, train_layernorm=train_layernorm)
+    expected = adapter_parameter_names(model) | parameter_names_of(model, model.bert.pooler, model.classifier)
+    if train_layernorm:
+        expected |= layernorm_names(model)
+    assert len(layernorm_names(model)) == 2 * (2 * L + 1)
+    assert trainable_names(model) == expected
+
+
+def test_freezing_on_a_bare_encoder(make_bert):
+    model = make_bert()
+    add_adapters(model, "pfeiffer", bottleneck=R, train_layernorm=False)
+    assert trainable_names(model) == adapter_parameter_names(model) | parameter_names_of(model, model.pooler)
+
+
+def test_set_trainable_methods(make_classifier):
+    model = make_classifier()
+    everything = {name for name, _ in model.named_parameters()}
+    head = parameter_names_of(model, model.bert.pooler, model.classifier)
+    layers = model.bert.encoder.layer
+
+    assert trainable_names(set_trainable(model, "full")) == everything
+    assert trainable_names(set_trainable(model, "head")) == head
+    assert trainable_names(set_trainable(model, "layernorm")) == head | layernorm_names(model)
+    assert trainable_names(set_trainable(model, "top_k", top_k=1)) == head | parameter_names_of(model, layers[2])
+    assert trainable_names(set_trainable(model, "top_k", top_k=2)) == head | parameter_names_of(model, layers[1], layers[2])
+    assert trainable_names(apply_method(model, "top_k", top_k=3)) == head | parameter_names_of(model, *layers)
+    for top_k in (0, 4, None, True, 1.0):
+        with pytest.raises(PlacementError, match="top_k"):
+            set_trainable(model, "top_k", top_k=top_k)
+    with pytest.raises(PlacementError, match="method"):
+        set_trainable(model, "lora")
+    with pytest.raises(PlacementError, match="method"):
+        apply_method(model, "lora")
+
+
+def test_apply_method_adds_adapters(make_classifier):
+    model = apply_method(make_classifier(), "parallel", bottleneck=R, train_layernorm=False, parallel_scale=2.0)
+    assert adapter_config(model)["placement"] == "parallel" and adapter_config(model)["parallel_scale"] == 2.0
+    assert not layernorm_names(model) & trainable_names(model)
+
+
+def test_trainable_summary_counts(make_classifier):
+    model = make_classifier()
+    add_adapters(model, "houlsby", bottleneck=R)
+    summary = trainable_summary(model)
+    config = tiny_bert_config()
+    adapters = L * 2 * (2 * R * D + R + D)
+    layernorm = (2 * L + 1) * 2 * D
+    pooler = D * D + D
+    classifier = 2 * D + 2
+    embeddings = (config.vocab_size + config.max_position_embeddings + config.type_vocab_size) * D
+    per_layer = 4 * (D * D + D) + (D * FFN + FFN) + (FFN * D + D)
+    other = embeddings + L * per_layer
+    assert summary.trainable == {"adapters": adapters, "layernorm": layernorm, "pooler": pooler, "classifier": classifier, "other": 0}
+    assert summary.frozen == {"adapters": 0, "layernorm": 0, "pooler": 0, "classifier": 0, "other": other}
+    assert summary.total == sum(p.numel() for p in model.parameters())
+    assert summary.total_trainable == sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert summary.backbone == layernorm + pooler + other
+    assert summary.percent_of_backbone == pytest.approx(100 * (adapters + layernorm + pooler + classifier) / (layernorm + pooler + other))
+    assert summary.as_dict()["total"] == summary.total
+    assert all(group in str(summary) for group in GROUPS)
+
+    set_trainable(model, "full")
+    full = trainable_summary(model)
+    assert sum(full.frozen.values()) == 0 and full.total == summary.total
+
+
+# ---------------------------------------------------------------------------------------------------
+# near identity and step zero in the whole model
+# ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("placement", ["houlsby", "pfeiffer", "parallel"])
+def test_zero_up_logits_equal_the_backbone(make_classifier, batch, placement):
+    base, model = make_classifier(), make_classifier()
+    add_adapters(model, placement, bottleneck=R, init="zero_up")
+    difference = (logits_of(model, batch) - logits_of(base, batch)).abs().max().item()
+    assert difference <= 1e-6
+
+
+def test_houlsby_logit_change_grows_with_init_scale(make_classifier, batch):
+    """Each adapter's correction is ≈ ½σ²·W̃_up W̃_down h (see test_adapter), so at small σ the logits
+    move by ∝ σ²: a factor 100 per decade, and monotonically up to σ = 0.1."""
+    base = make_classifier(dtype=torch.float64)
+    reference = logits_of(base, batch)
+    changes = []
+    for scale in (1e-4, 1e-3, 1e-2, 1e-1):
+        model = copy.deepcopy(base)
+        torch.manual_seed(7)  # the same draw at every scale
+        add_adapters(model, "houlsby", bottleneck=R, init="houlsby", init_scale=scale)
+        changes.append((logits_of(model, batch) - reference).abs().max().item())
+    assert all(a < b for a, b in zip(changes, changes[1:])), changes
+    assert changes[1] / changes[0] == pytest.approx(100, rel=0.1), changes
+    assert changes[0] > 0
+
+
+def test_zero_up_step_zero_in_bert(make_classifier, batch):
+    model = make_classifier(dtype=torch.float64)
+    add_adapters(model, "houlsby", bottleneck=R, init="zero_up")
+    adapters = [a.adapter for _, _, a in adapted_outputs(model)]
+    start = {id(a): (a.down.weight.detach().clone(), a.up.weight.detach().clone()) for a in adapters}
+    seen = {}
+
+    def keep(module, args, output):
+        output.retain_grad()
+        seen[id(module)] = (args[0].detach(), output)
+
+    handles = [a.register_forward_hook(keep) for a in adapters]
+    model(**batch).loss.backward()
+    for a in adapters:
+        h, output = seen[id(a)]
+        delta = output.grad.reshape(-1, D)  # ∂L/∂(adapter output), read off the graph independently
+        f = gelu(h.reshape(-1, D) @ a.down.weight.detach().T + a.down.bias.detach())
+        assert torch.count_nonzero(a.down.weight.grad) == 0
+        torch.testing.assert_close(a.up.weight.grad, delta.T @ f, rtol=1e-9, atol=1e-14)
+        assert a.up.weight.grad.abs().max() > 0
+
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.5)
+    optimizer.step()
+    optimizer.zero_grad()
+    model(**batch).loss.backward()
+    for a in adapters:
+        assert a.down.weight.grad.abs().max() > 0
+    optimizer.step()
+    for handle in handles:
+        handle.remove()
+    for a in adapters:
+        down0, up0 = start[id(a)]
+        assert not torch.equal(a.down.weight, down0) and not torch.equal(a.up.weight, up0)
