@@ -1,0 +1,169 @@
+"""The SST-2 lab's training panel, driven in a real JupyterLab by headless Chromium.
+
+JupyterLab runs on 127.0.0.1 (random free port, a token, the CI profile) on a copy of labs/, so
+the run never writes into the committed notebooks. The test runs the lab up to its widget cell,
+moves the bottleneck slider, presses Train and waits until the chart and the results table change;
+no widget may show "Error displaying widget" (the ipywidgets / jupyterlab_widgets mismatch pitfall).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from adapterlab.labfiles import LABS_DIR
+
+WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
+TRAIN_LAB = "06_*.ipynb"
+START_TIMEOUT_S = 90
+TRAIN_TIMEOUT_MS = 600_000  # the lab up to the panel plus one training run, CI profile, 2 cores
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def train_lab() -> Path:
+    found = sorted(LABS_DIR.glob(TRAIN_LAB))
+    if not found:
+        pytest.skip(f"the SST-2 training lab labs/{TRAIN_LAB} is not there yet")
+    return found[0]
+
+
+def panel_cell(nb) -> int:
+    """The code cell that shows the training panel: the first one with a widget and a Train button."""
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type == "code" and re.search(r"\bTrain\b|train_panel|training_panel", cell.source):
+            if any(WIDGET_VIEW_MIME in output.get("data", {}) for output in cell.get("outputs", [])):
+                return index
+    raise AssertionError("no code cell shows a widget panel with a Train button")
+
+
+@pytest.fixture
+def jupyter_lab(tmp_path, request):
+    """(base url, token, root folder) of a JupyterLab serving a copy of labs/; stopped at the end."""
+    root = tmp_path / "labs"
+    shutil.copytree(LABS_DIR, root, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    port, token = free_port(), os.urandom(16).hex()
+    home = tmp_path / "jupyter"  # settings, workspaces and runtime files of this server only
+    env = {
+        **os.environ,
+        "ADAPTERLAB_PROFILE": "ci",
+        "JUPYTER_CONFIG_DIR": str(home / "config"),
+        "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
+        "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces"),
+    }
+    notifications = home / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
+    notifications.parent.mkdir(parents=True)
+    notifications.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+    log = open(tmp_path / "jupyterlab.log", "wb")
+    server = subprocess.Popen(
+        [
+            sys.executable, "-m", "jupyterlab", "--no-browser",
+            "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
+            f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+            "--ServerApp.allow_root=True",  # CI runs as root
+            "--LabApp.expose_app_in_browser=True",  # window.jupyterapp, to run cells by command
+            # nothing asks the internet: no news feed, no update check, no extension index
+            "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            "--LabApp.extension_manager=readonly",
+        ],
+        env=env, stdout=log, stderr=subprocess.STDOUT,
+    )
+
+    def stop():
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        log.close()
+
+    request.addfinalizer(stop)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        if server.poll() is not None:
+            raise RuntimeError(f"jupyter lab exited with {server.returncode}:\n{(tmp_path / 'jupyterlab.log').read_text()}")
+        try:
+            with urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2) as response:
+                json.load(response)
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"jupyter lab did not answer on {url} within {START_TIMEOUT_S} s")
+            time.sleep(0.5)
+    return url, token, root
+
+
+def plots(panel) -> str:
+    """The data of every plotly chart in the panel, to tell whether a chart changed."""
+    return panel.locator(".js-plotly-plot").evaluate_all("plots => JSON.stringify(plots.map(p => p.data))")
+
+
+def test_training_panel_in_jupyterlab(jupyter_lab, page, screenshots):
+    lab = train_lab()
+    index = panel_cell(nbformat.read(lab, as_version=4))
+    url, token, _ = jupyter_lab
+    page.set_default_timeout(60_000)
+    page.set_viewport_size({"width": 1280, "height": 1600})  # room for the whole panel in the screenshot
+    page.goto(f"{url}/lab/tree/{lab.name}?token={token}")
+    page.wait_for_function("() => window.jupyterapp && jupyterapp.shell.currentWidget && jupyterapp.shell.currentWidget.sessionContext")
+    page.wait_for_function("() => jupyterapp.shell.currentWidget.sessionContext.session?.kernel?.status === 'idle'")
+
+    # Run every cell above the panel, then the panel, as "Run All Above Selected Cell" + "Run Selected Cell" would.
+    page.evaluate(
+        """async index => {
+            const notebook = jupyterapp.shell.currentWidget.content;
+            notebook.activeCellIndex = index;
+            await jupyterapp.commands.execute('notebook:run-all-above');
+            await jupyterapp.commands.execute('notebook:run-cell');
+        }""",
+        index,
+    )
+    panel = page.locator(".jp-Notebook .jp-Cell").nth(index)
+    slider = panel.locator(".widget-slider").filter(has_text=re.compile("bottleneck", re.I)).first
+    slider.wait_for(timeout=TRAIN_TIMEOUT_MS)
+    train = panel.get_by_role("button", name=re.compile(r"^\s*Train", re.I))
+    rows = panel.locator("table tr")
+
+    readout = slider.locator(".widget-readout").inner_text()
+    slider.locator(".noUi-handle").first.focus()
+    page.keyboard.press("ArrowRight")
+    if slider.locator(".widget-readout").inner_text() == readout:  # already at the top end
+        page.keyboard.press("ArrowLeft")
+        page.keyboard.press("ArrowLeft")
+    moved = slider.locator(".widget-readout").inner_text()
+    assert moved != readout, "the bottleneck slider did not move"
+
+    charts_before, rows_before = plots(panel), rows.count()
+    train.click()
+    page.wait_for_function(
+        "([cell, rows]) => cell.querySelectorAll('table tr').length > rows",
+        arg=[panel.element_handle(), rows_before],
+        timeout=TRAIN_TIMEOUT_MS,
+    )
+    page.wait_for_function(
+        "([cell, before]) => JSON.stringify([...cell.querySelectorAll('.js-plotly-plot')].map(p => p.data)) !== before",
+        arg=[panel.element_handle(), charts_before],
+        timeout=60_000,
+    )
+    panel.locator(".jp-Cell-outputWrapper").screenshot(path=screenshots / f"jupyterlab-{lab.stem}.png")
+
+    assert moved in panel.locator("table").last.inner_text(), f"the results table has no run with r = {moved}"
+    assert page.get_by_text("Error displaying widget").count() == 0
