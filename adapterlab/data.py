@@ -24,9 +24,6 @@ import hashlib
 import itertools
 import os
 import random
-import socket
-import threading
-import urllib.parse
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,10 +32,10 @@ import numpy as np
 import torch
 
 from .adapter import check_positive_int
+from .hub import hub_reachable
 
 DATA_ENV = "ADAPTERLAB_DATA"
 HUB_DATASET = "nyu-mll/glue"
-HUB_PROBE_TIMEOUT_S = 2.0
 TOY_DIR = Path(__file__).resolve().parent.parent / "data" / "toy"
 SPLITS = ("train", "dev")
 ORDERS = ("grouped", "shuffled", "sequential")
@@ -231,39 +228,6 @@ def _check_split(split: str) -> str:
     if split not in SPLITS:
         raise ValueError(f"split must be 'train' or 'dev' (GLUE test labels are hidden); got {split!r}")
     return split
-
-
-def hub_offline_by_env() -> bool:
-    """True when HF_HUB_OFFLINE or HF_DATASETS_OFFLINE asks for no network (1/on/yes/true)."""
-    return any(
-        os.environ.get(name, "").strip().upper() in {"1", "ON", "YES", "TRUE"}
-        for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
-    )
-
-
-def hub_reachable(timeout: float = HUB_PROBE_TIMEOUT_S) -> bool:
-    """Whether the hub is worth asking: not offline by environment, and a TCP connect answers in time.
-
-    The connect runs in a daemon thread joined with ``timeout``, so that even a hanging DNS lookup
-    (which a socket timeout does not cover) cannot hold a caller for longer.
-    """
-    if hub_offline_by_env():
-        return False
-    endpoint = urllib.parse.urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
-    host, port = endpoint.hostname or "huggingface.co", endpoint.port or 443
-    answered = []
-
-    def connect():
-        try:
-            socket.create_connection((host, port), timeout=timeout).close()
-            answered.append(True)
-        except OSError:
-            pass
-
-    probe = threading.Thread(target=connect, daemon=True)
-    probe.start()
-    probe.join(timeout)
-    return bool(answered)
 
 
 def _load_hub(spec: TaskSpec, split: str) -> tuple[list, list[int], str]:

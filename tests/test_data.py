@@ -10,6 +10,7 @@ import collections
 import importlib.util
 import math
 import os
+import socket
 import threading
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from adapterlab import data
+from adapterlab import data, hub
 from adapterlab.data import DataError, TASKS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -197,7 +198,7 @@ def test_bad_arguments(no_glue):
 
 def test_offline_environment_skips_the_network(monkeypatch, no_glue):
     calls = []
-    monkeypatch.setattr(data.socket, "create_connection", lambda *a, **k: calls.append(a))
+    monkeypatch.setattr(socket, "create_connection", lambda *a, **k: calls.append(a))
     assert not data.hub_reachable()
     assert data.load_split("sst2").is_toy
     assert calls == []
@@ -213,13 +214,13 @@ def test_unreachable_network_falls_through_to_toy_data(monkeypatch):
         probes.append((address, timeout))
         raise OSError("Network is unreachable")
 
-    monkeypatch.setattr(data.socket, "create_connection", unreachable)
+    monkeypatch.setattr(socket, "create_connection", unreachable)
     datasets = pytest.importorskip("datasets")
     monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: hub_calls.append(a))
     split = data.load_split("cola", "train")
     assert split.is_toy and hub_calls == []
-    assert probes == [(("huggingface.co", 443), data.HUB_PROBE_TIMEOUT_S)]
-    assert data.HUB_PROBE_TIMEOUT_S <= 3
+    assert probes == [(("huggingface.co", 443), hub.PROBE_TIMEOUT_S)]
+    assert hub.PROBE_TIMEOUT_S <= 3
 
 
 def test_probe_returns_even_when_the_lookup_hangs(monkeypatch):
@@ -232,7 +233,7 @@ def test_probe_returns_even_when_the_lookup_hangs(monkeypatch):
         release.wait()
         raise OSError("lookup gave up")
 
-    monkeypatch.setattr(data.socket, "create_connection", hanging_lookup)
+    monkeypatch.setattr(socket, "create_connection", hanging_lookup)
     try:
         assert data.hub_reachable(timeout=0.05) is False
     finally:
