@@ -1,0 +1,713 @@
+"""One training and evaluation loop for every method the labs compare.
+
+Adapters (houlsby, pfeiffer, parallel), full fine-tuning, the top-k layers, LayerNorm only and the head
+only differ *only* in which parameters are trainable (:func:`adapterlab.placement.apply_method` sets
+that), so one loop trains them all:
+
+* AdamW over the trainable parameters only (frozen ones carry no optimizer state and cost no update),
+  no weight decay on biases and LayerNorms (the BERT convention);
+* the paper's schedule: the learning rate rises linearly from 0 over the first ``warmup_ratio`` (10 %)
+  of the steps, then falls linearly to 0 at the last step;
+* gradient clipping, a seed for everything random (dropout, batch order, adapter init);
+* evaluation every ``eval_every`` steps and at the end; the best state by the task's main metric is
+  kept (a clone of the trainable tensors only) and put back into the model at the end;
+* a tqdm progress bar (loss, last metric, ETA); Stop / Ctrl-C ends training cleanly with the partial
+  history and the best state so far; a NaN/inf loss stops it with :class:`TrainingDiverged`.
+
+Speed on a laptop CPU comes from the data more than from the loop: batches are padded to their own
+longest sentence and, in the default ``grouped`` order, hold sentences of similar length. The loop
+itself does no extra work: it reads the loss back from the device only as often as the progress bar
+needs it, switches train/eval mode only when it changes, and evaluates under ``torch.inference_mode``
+on batches sorted by length.
+
+The same code runs on several processes through :class:`accelerate.Accelerator` (gradients are
+averaged over processes; each process trains on its own share of every epoch's batches)::
+
+    accelerate launch --num_processes 2 my_training_script.py      # two GPUs
+    torchrun --nproc_per_node 2 my_training_script.py              # two CPU processes (gloo)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from accelerate import Accelerator
+from accelerate.utils import gather_object, set_seed
+from tqdm.auto import tqdm
+from transformers import get_linear_schedule_with_warmup
+
+from .adapter import ACTIVATIONS, INIT_SCHEMES, check_init_scale, check_positive_int
+from .data import ORDERS, TokenizedSplit, batch_indices, collate, compute_metrics, get_task
+from .placement import METHODS, PLACEMENTS, apply_method, trainable_summary
+
+#: Peak learning rate when TrainConfig.learning_rate is None. Adapters, LayerNorms and the head start
+#: from (near) zero or from scratch and want a large rate; full fine-tuning and the top-k layers move
+#: pretrained weights and want a small one (the paper sweeps 3e-5…3e-3 for adapters, 3e-5…1e-4 for
+#: fine-tuning).
+DEFAULT_LEARNING_RATES = {
+    "houlsby": 1e-3,
+    "pfeiffer": 1e-3,
+    "parallel": 1e-3,
+    "layernorm": 1e-3,
+    "head": 1e-3,
+    "full": 5e-5,
+    "top_k": 5e-5,
+}
+#: On an accelerator, reading a loss back waits for the queued work; read them in blocks of this many
+#: steps there (on the CPU the value is already there, so every step).
+ACCELERATOR_SYNC_STEPS = 20
+METRIC_LABELS = {
+    "accuracy": "accuracy (fraction correct)",
+    "matthews": "Matthews correlation (−1 … 1)",
+    "f1": "F1 (0 … 1)",
+}
+
+
+class TrainingDiverged(RuntimeError):
+    """The training loss became NaN or infinite. ``step``, ``loss`` and ``history`` say where."""
+
+    def __init__(self, step: int, loss: float, learning_rate: float, config: "TrainConfig", history: "History"):
+        self.step, self.loss, self.history = step, loss, history
+        causes = [f"the learning rate is too high (peak {config.peak_learning_rate:g}, {learning_rate:.3g} at this "
+                  "step): try 3-10x lower"]
+        if config.method in PLACEMENTS:
+            causes.append(f"the adapters' init_scale is too large ({config.init_scale:g}; the paper uses 1e-2)")
+        if config.max_grad_norm is None:
+            causes.append("gradient clipping is off (max_grad_norm=None)")
+        super().__init__(f"training diverged: the loss is {loss} at step {step}. Likely causes: " + "; ".join(causes))
+
+
+def pick_device(requested: str | torch.device = "auto") -> torch.device:
+    """The device to compute on: ``"auto"`` takes CUDA, then Apple MPS, then the CPU; a name
+    (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"``) is checked to exist here."""
+    if isinstance(requested, str) and requested == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    try:
+        device = torch.device(requested)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'; got {requested!r}") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {requested!r}: CUDA is not available with this torch ({torch.__version__}); "
+                             "use device='auto' or 'cpu'")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(f"device {requested!r}: there are only {torch.cuda.device_count()} CUDA devices")
+    elif device.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {requested!r}: Apple MPS is not available here; use device='auto' or 'cpu'")
+    elif device.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"device must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'; got {requested!r}")
+    return device
+
+
+# --------------------------------------------------------------------------------------------------
+# Configuration
+# --------------------------------------------------------------------------------------------------
+
+
+def _check_number(name: str, value, low: float, *, low_inclusive: bool, high: float | None = None,
+                  high_inclusive: bool = True) -> float:
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (value >= low if low_inclusive else value > low)
+    ok = ok and (high is None or (value <= high if high_inclusive else value < high))
+    if not ok:
+        bounds = f"{'>=' if low_inclusive else '>'} {low:g}"
+        if high is not None:
+            bounds += f" and {'<=' if high_inclusive else '<'} {high:g}"
+        raise ValueError(f"{name} must be a finite number {bounds}; got {value!r}")
+    return float(value)
+
+
+def _check_choice(name: str, value, choices) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(str, choices))}; got {value!r}")
+
+
+def _check_bool(name: str, value) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False; got {value!r}")
+
+
+@dataclass
+class TrainConfig:
+    """Everything that decides a training run. Every field is checked (``validate``) when the config is
+    made and again when training starts, so a widget that changes a field cannot slip a bad value in.
+
+    ``learning_rate=None`` takes the method's default (DEFAULT_LEARNING_RATES). ``max_steps``, when
+    set, overrides ``epochs``. ``eval_every=None`` evaluates only at the end. ``max_grad_norm=None``
+    turns clipping off. ``device`` is ignored under a multi-process launch (each process uses the
+    device the launcher gave it).
+    """
+
+    method: str = "houlsby"
+    bottleneck: int = 64
+    activation: str = "gelu"
+    init: str = "houlsby"
+    init_scale: float = 1e-2
+    train_layernorm: bool = True
+    top_k: int = 2
+    learning_rate: float | None = None
+    epochs: float = 1.0
+    max_steps: int | None = None
+    batch_size: int = 32
+    eval_batch_size: int = 128
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    max_grad_norm: float | None = 1.0
+    eval_every: int | None = None
+    order: str = "grouped"
+    seed: int = 0
+    device: str = "auto"
+    progress: bool = True
+
+    def __post_init__(self):
+        self.validate()
+
+    def validate(self) -> "TrainConfig":
+        _check_choice("method", self.method, METHODS)
+        check_positive_int("bottleneck", self.bottleneck)
+        _check_choice("activation", self.activation, ACTIVATIONS)
+        _check_choice("init", self.init, INIT_SCHEMES)
+        check_init_scale(self.init_scale)
+        _check_bool("train_layernorm", self.train_layernorm)
+        check_positive_int("top_k", self.top_k)
+        if self.learning_rate is not None:
+            _check_number("learning_rate", self.learning_rate, 0, low_inclusive=False)
+        _check_number("epochs", self.epochs, 0, low_inclusive=False)
+        if self.max_steps is not None:
+            check_positive_int("max_steps", self.max_steps)
+        check_positive_int("batch_size", self.batch_size)
+        check_positive_int("eval_batch_size", self.eval_batch_size)
+        _check_number("warmup_ratio", self.warmup_ratio, 0, low_inclusive=True, high=1, high_inclusive=False)
+        _check_number("weight_decay", self.weight_decay, 0, low_inclusive=True)
+        if self.max_grad_norm is not None:
+            _check_number("max_grad_norm", self.max_grad_norm, 0, low_inclusive=False)
+        if self.eval_every is not None:
+            check_positive_int("eval_every", self.eval_every)
+        _check_choice("order", self.order, ORDERS)
+        if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral) or self.seed < 0:
+            raise ValueError(f"seed must be an integer >= 0; got {self.seed!r}")
+        if not isinstance(self.device, (str, torch.device)):
+            raise ValueError(f"device must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'; got {self.device!r}")
+        _check_bool("progress", self.progress)
+        return self
+
+    @property
+    def peak_learning_rate(self) -> float:
+        """The learning rate after warmup: ``learning_rate``, or the method's default."""
+        return self.learning_rate if self.learning_rate is not None else DEFAULT_LEARNING_RATES[self.method]
+
+    def method_kwargs(self) -> dict:
+        """The arguments of :func:`apply_method` this config decides."""
+        return dict(bottleneck=self.bottleneck, activation=self.activation, init=self.init,
+                    init_scale=self.init_scale, train_layernorm=self.train_layernorm, top_k=self.top_k)
+
+    def as_dict(self) -> dict:
+        return dict(asdict(self), device=str(self.device), peak_learning_rate=self.peak_learning_rate)
+
+
+def warmup_steps(total_steps: int, warmup_ratio: float) -> int:
+    """Steps of linear warmup: the first ``warmup_ratio`` of training, rounded up."""
+    return math.ceil(warmup_ratio * total_steps)
+
+
+# --------------------------------------------------------------------------------------------------
+# History and result
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class History:
+    """What happened during training, step by step and evaluation by evaluation.
+
+    ``loss[i]`` and ``learning_rate[i]`` belong to optimizer step ``steps[i]`` (the rate that step used).
+    Each entry of ``evals`` holds ``step``, ``epoch``, ``elapsed`` (seconds since the start), the eval
+    ``loss`` and the task's metrics (fractions). ``examples_per_second`` counts training examples
+    (over all processes) per second of training, evaluation excluded; ``wall_time`` includes it.
+    """
+
+    task: str = ""
+    metric: str = "accuracy"
+    title: str = ""
+    steps: list = field(default_factory=list)
+    loss: list = field(default_factory=list)
+    learning_rate: list = field(default_factory=list)
+    evals: list = field(default_factory=list)
+    examples: int = 0
+    train_seconds: float = 0.0
+    wall_time: float = 0.0
+
+    @property
+    def examples_per_second(self) -> float:
+        return self.examples / self.train_seconds if self.train_seconds > 0 else float("nan")
+
+    def rows(self) -> list[dict]:
+        """One plain dict per evaluation: step, epoch, mean training loss since the previous row, the
+        learning rate at that step, eval loss and metrics, seconds elapsed. (A table without pandas.)"""
+        rows, start = [], 0
+        for entry in self.evals:
+            end = entry["step"]  # steps are 1, 2, 3, ...: step s is entry s - 1
+            window = self.loss[start:end]
+            row = {"step": entry["step"], "epoch": round(entry["epoch"], 3),
+                   "train_loss": sum(window) / len(window) if window else float("nan"),
+                   "learning_rate": self.learning_rate[end - 1] if end else float("nan"),
+                   "eval_loss": entry["loss"]}
+            row.update({k: v for k, v in entry.items() if k not in ("step", "epoch", "loss", "elapsed")})
+            row["elapsed_s"] = round(entry["elapsed"], 2)
+            rows.append(row)
+            start = end
+        return rows
+
+    def __str__(self) -> str:
+        rows = self.rows()
+        head = f"{self.title or 'training'}: {len(self.steps)} steps, {self.examples:,} examples, " \
+               f"{self.examples_per_second:.1f} examples/s, {self.wall_time:.1f} s"
+        if not rows:
+            last = f", last loss {self.loss[-1]:.4f}" if self.loss else ""
+            return head + last
+        columns = list(rows[0])
+        cells = [[_format_cell(row[c]) for c in columns] for row in rows]
+        widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+        lines = [head, "  ".join(c.rjust(w) for c, w in zip(columns, widths))]
+        lines += ["  ".join(v.rjust(w) for v, w in zip(r, widths)) for r in cells]
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict:
+        return {"task": self.task, "metric": self.metric, "steps": list(self.steps), "loss": list(self.loss),
+                "learning_rate": list(self.learning_rate), "evals": [dict(e) for e in self.evals],
+                "examples": self.examples, "examples_per_second": self.examples_per_second,
+                "train_seconds": self.train_seconds, "wall_time": self.wall_time}
+
+    def to_figure(self):
+        """A plotly figure: training loss (every step) and eval loss vs step, and the main metric vs step."""
+        from plotly.subplots import make_subplots
+
+        figure = make_subplots(rows=1, cols=2, subplot_titles=("Loss", f"{self.metric} on the eval set"))
+        figure.add_scatter(x=self.steps, y=self.loss, mode="lines", name="training loss (per step)",
+                           line=dict(width=1), row=1, col=1)
+        eval_steps = [e["step"] for e in self.evals]
+        figure.add_scatter(x=eval_steps, y=[e["loss"] for e in self.evals], mode="lines+markers",
+                           name="eval loss", row=1, col=1)
+        figure.add_scatter(x=eval_steps, y=[e.get(self.metric) for e in self.evals], mode="lines+markers",
+                           name=f"eval {self.metric}", row=1, col=2)
+        for col in (1, 2):
+            figure.update_xaxes(title_text="step (optimizer updates)", row=1, col=col)
+        figure.update_yaxes(title_text="cross-entropy loss (nats per example)", row=1, col=1)
+        figure.update_yaxes(title_text=METRIC_LABELS.get(self.metric, self.metric), row=1, col=2)
+        figure.update_layout(title_text=self.title or "Training", height=380, legend=dict(orientation="h"))
+        return figure
+
+
+def _format_cell(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.2e}" if value and abs(value) < 1e-2 else f"{value:.4f}"
+    return str(value)
+
+
+@dataclass
+class TrainResult:
+    """What :func:`train` / :func:`run_experiment` return.
+
+    ``metrics`` are the eval metrics of the state the model now holds (the best one seen), measured at
+    ``best_step``; empty when there was no eval data (or training was stopped before any evaluation).
+    ``trainable`` is :func:`trainable_summary` as a dict; ``backbone_info`` and ``data_description``
+    say which model and which data the numbers come from (filled by :func:`run_experiment`).
+    """
+
+    history: History
+    metrics: dict
+    best_step: int | None
+    best_metric: float | None
+    interrupted: bool
+    model: torch.nn.Module = field(repr=False)
+    config: TrainConfig
+    trainable: dict
+    train_seconds: float
+    backbone_info: object = None
+    data_description: dict | None = None
+
+    def summary(self, sources: bool = True) -> str:
+        """A few lines for a notebook or the command line (``sources``: begin with the backbone and data)."""
+        lines = []
+        if sources and self.backbone_info is not None:
+            lines.append(self.backbone_info.describe())
+        for role, text in (self.data_description or {}).items() if sources else ():
+            lines.append(f"{role}: {text}")
+        trained = self.trainable["total_trainable"]
+        lines.append(f"method {self.config.method}: {trained:,} trained parameters "
+                     f"({self.trainable['percent_of_backbone']:.2f} % of the backbone)")
+        if self.metrics:
+            scores = ", ".join(f"{k} {v:.4f}" for k, v in self.metrics.items())
+            lines.append(f"best at step {self.best_step}: {scores}")
+        lines.append(f"{len(self.history.steps)} steps in {self.train_seconds:.1f} s "
+                     f"({self.history.examples_per_second:.1f} examples/s)" + (", STOPPED EARLY" if self.interrupted else ""))
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        """Everything but the model, as JSON values (metrics.json)."""
+        info = self.backbone_info
+        return {
+            "metrics": dict(self.metrics), "best_step": self.best_step, "best_metric": self.best_metric,
+            "interrupted": self.interrupted, "train_seconds": self.train_seconds,
+            "examples_per_second": self.history.examples_per_second, "wall_time": self.history.wall_time,
+            "config": self.config.as_dict(), "trainable": self.trainable,
+            "backbone": asdict(info) if info is not None else None, "data": self.data_description,
+            "history": {"rows": self.history.rows(), **self.history.as_dict()},
+        }
+
+
+# --------------------------------------------------------------------------------------------------
+# Evaluation
+# --------------------------------------------------------------------------------------------------
+
+
+def _eval_batches(data: TokenizedSplit, batch_size: int) -> list[dict]:
+    """Batches sorted by length: each is padded to its longest row, so almost no padding at all."""
+    order = np.argsort(data.lengths, kind="stable")
+    return [collate(data, order[i:i + batch_size]) for i in range(0, len(order), batch_size)]
+
+
+def _to(batch: dict, device: torch.device) -> dict:
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()} if device.type != "cpu" else batch
+
+
+def _evaluate_batches(model, batches, task, device, accelerator=None) -> dict:
+    """Loss and metrics over the batches (the model must be in eval mode). Under several processes each
+    evaluates its share and the predictions are gathered, so every process gets the same numbers."""
+    predictions, labels, loss_sum, count = [], [], torch.zeros((), device=device), 0
+    with torch.inference_mode():
+        for batch in batches:
+            batch = _to(batch, device)
+            output = model(**batch)
+            size = len(batch["labels"])
+            loss_sum += output.loss * size
+            count += size
+            predictions.append(output.logits.argmax(-1))
+            labels.append(batch["labels"])
+    parts = [(torch.cat(predictions).tolist() if predictions else [], torch.cat(labels).tolist() if labels else [],
+              float(loss_sum), count)]
+    if accelerator is not None and accelerator.num_processes > 1:
+        parts = gather_object(parts)
+    predicted = [p for part in parts for p in part[0]]
+    truth = [t for part in parts for t in part[1]]
+    metrics = compute_metrics(task, predicted, truth)
+    metrics["loss"] = sum(part[2] for part in parts) / sum(part[3] for part in parts)
+    return metrics
+
+
+def evaluate(model, eval_data: TokenizedSplit, batch_size: int = 128, device="auto") -> dict:
+    """The task's metrics (fractions, main metric first) and the mean cross-entropy ``loss``.
+
+    ``device="auto"`` evaluates where the model already is; a device name moves the model there. The
+    model's train/eval mode is restored afterwards.
+    """
+    check_positive_int("batch_size", batch_size)
+    if not isinstance(eval_data, TokenizedSplit) or len(eval_data) == 0:
+        raise ValueError("eval_data must be a non-empty TokenizedSplit (adapterlab.data.tokenize(split, tokenizer))")
+    if device == "auto":
+        device = next(model.parameters()).device
+    else:
+        device = pick_device(device)
+        model.to(device)
+    was_training = model.training
+    model.eval()
+    try:
+        return _evaluate_batches(model, _eval_batches(eval_data, batch_size), eval_data.split.task, device)
+    finally:
+        model.train(was_training)
+
+
+# --------------------------------------------------------------------------------------------------
+# Training
+# --------------------------------------------------------------------------------------------------
+
+
+def _make_optimizer(named_parameters, config: TrainConfig, device: torch.device) -> torch.optim.AdamW:
+    """AdamW over the given (trainable) parameters; biases and LayerNorm weights get no weight decay."""
+    decay, no_decay = [], []
+    for name, parameter in named_parameters:
+        (no_decay if name.endswith("bias") or "LayerNorm" in name else decay).append(parameter)
+    groups = [{"params": decay, "weight_decay": config.weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    # The fused kernel updates every tensor in one call: much less per-tensor overhead for the
+    # ~100 small adapter tensors; it exists for CPU and CUDA tensors.
+    fused = device.type in ("cpu", "cuda")
+    return torch.optim.AdamW([g for g in groups if g["params"]], lr=config.peak_learning_rate, fused=fused)
+
+
+def _epoch_seed(seed: int, epoch: int) -> int:
+    """A well-mixed batch-order seed for each (seed, epoch) pair."""
+    return int(np.random.SeedSequence([seed, epoch]).generate_state(1)[0])
+
+
+def train(model, train_data: TokenizedSplit, eval_data: TokenizedSplit | None, config: TrainConfig,
+          callback=None) -> TrainResult:
+    """Train the trainable parameters of ``model`` (prepared with :func:`apply_method`) on ``train_data``.
+
+    ``callback(history)`` runs after every evaluation (on the main process), e.g. to redraw a plot; a
+    KeyboardInterrupt raised there or anywhere in the loop stops training cleanly. Returns a
+    :class:`TrainResult` whose model holds the best state seen (by the task's main metric), in eval mode.
+
+    Several processes: launch the script with ``accelerate launch --num_processes N script.py`` (GPUs)
+    or ``torchrun --nproc_per_node N script.py`` (CPU); every process calls train() with the same data
+    and config, takes every N-th batch of each epoch, and ends with the same parameters.
+    """
+    if not isinstance(config, TrainConfig):
+        raise ValueError(f"config must be a TrainConfig; got {type(config).__name__}")
+    config.validate()
+    for name, data in (("train_data", train_data), ("eval_data", eval_data)):
+        if (data is not None or name == "train_data") and (not isinstance(data, TokenizedSplit) or len(data) == 0):
+            raise ValueError(f"{name} must be a non-empty TokenizedSplit (adapterlab.data.tokenize(split, tokenizer))")
+    task = train_data.split.task
+    if eval_data is not None and eval_data.split.task.name != task.name:
+        raise ValueError(f"train_data is {task.name} but eval_data is {eval_data.split.task.name}")
+    trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if not trainable:
+        raise ValueError("the model has no trainable parameters: prepare it with apply_method(model, method) first")
+
+    device = pick_device(config.device)
+    # Under a launcher (WORLD_SIZE > 1) accelerate needs cpu=True to train CPU processes over gloo. A
+    # single process places the model itself and leaves the flag alone: accelerate's state is
+    # process-wide, and a flag that changes between runs in one notebook would be refused.
+    launched = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    accelerator = Accelerator(device_placement=False, cpu=launched and device.type == "cpu")
+    world, rank = accelerator.num_processes, accelerator.process_index
+    if world > 1:
+        device = accelerator.device  # the device the launcher gave this process
+    set_seed(config.seed, device_specific=True)  # different dropout per process, same everything else
+    batches_per_epoch = math.ceil(len(train_data) / config.batch_size)
+    steps_per_epoch = batches_per_epoch // world  # every process must take the same number of steps
+    if steps_per_epoch == 0:
+        raise ValueError(f"{len(train_data)} training examples make {batches_per_epoch} batches of {config.batch_size}: "
+                         f"too few for {world} processes; lower batch_size or add data")
+    total_steps = config.max_steps or math.ceil(config.epochs * steps_per_epoch)
+
+    model.to(device)
+    optimizer = _make_optimizer(trainable, config, device)
+    scheduler = get_linear_schedule_with_warmup(optimizer, warmup_steps(total_steps, config.warmup_ratio), total_steps)
+    wrapped, optimizer = accelerator.prepare(model, optimizer)
+    parameters = [p for _, p in trainable]
+    eval_batches = None
+    if eval_data is not None:
+        eval_batches = _eval_batches(eval_data, config.eval_batch_size)[rank::world]
+    sync_every = 1 if device.type == "cpu" else ACCELERATOR_SYNC_STEPS
+
+    history = History(task=task.name, metric=task.metric, title=f"{config.method} on {task.name}")
+    best_state, best_metric, best_step, best_metrics = None, None, None, {}
+    pending: list[torch.Tensor] = []
+    step, interrupted = 0, False
+    bar = tqdm(total=total_steps, desc=history.title, unit="step", dynamic_ncols=True,
+               disable=not (config.progress and accelerator.is_main_process))
+    postfix = {}
+    start = time.perf_counter()
+    eval_seconds = 0.0
+
+    def flush():
+        """Read the pending losses back (one sync), check them, and show them on the bar."""
+        if not pending:
+            return
+        losses = torch.stack(pending)
+        if world > 1:
+            losses = accelerator.reduce(losses, "mean")
+        values = losses.tolist()
+        first = len(history.loss)
+        pending.clear()
+        history.loss.extend(values)
+        for offset, value in enumerate(values):
+            if not math.isfinite(value):
+                index = first + offset
+                raise TrainingDiverged(history.steps[index], value, history.learning_rate[index], config, history)
+        recent = history.loss[-10:]
+        postfix["loss"] = f"{sum(recent) / len(recent):.4f}"
+        bar.set_postfix(postfix, refresh=False)
+
+    def run_eval():
+        nonlocal best_state, best_metric, best_step, best_metrics, eval_seconds
+        began = time.perf_counter()
+        wrapped.eval()
+        metrics = _evaluate_batches(accelerator.unwrap_model(wrapped), eval_batches, task, device, accelerator)
+        wrapped.train()
+        eval_seconds += time.perf_counter() - began
+        history.evals.append({"step": step, "epoch": step / steps_per_epoch, **metrics,
+                              "elapsed": time.perf_counter() - start})
+        score = metrics[task.metric]
+        if best_metric is None or score > best_metric:
+            best_metric, best_step, best_metrics = score, step, metrics
+            best_state = {n: p.detach().clone() for n, p in trainable}
+        postfix[task.metric] = f"{score:.4f}"
+        bar.set_postfix(postfix, refresh=False)
+        if callback is not None and accelerator.is_main_process:
+            callback(history)
+
+    wrapped.train()
+    try:
+        epoch = 0
+        while step < total_steps:
+            order = batch_indices(train_data.lengths, config.batch_size, config.order, _epoch_seed(config.seed, epoch))
+            for first in range(0, steps_per_epoch * world, world):
+                if step == total_steps:
+                    break
+                group = order[first:first + world]  # one batch per process
+                batch = _to(collate(train_data, group[rank]), device)
+                loss = wrapped(**batch).loss
+                accelerator.backward(loss)
+                if config.max_grad_norm is not None:
+                    accelerator.clip_grad_norm_(parameters, config.max_grad_norm)
+                history.learning_rate.append(scheduler.get_last_lr()[0])
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                step += 1
+                history.steps.append(step)
+                history.examples += sum(len(indices) for indices in group)
+                pending.append(loss.detach())
+                evaluate_now = eval_batches is not None and (
+                    step == total_steps or (config.eval_every is not None and step % config.eval_every == 0))
+                if step % sync_every == 0 or evaluate_now or step == total_steps:
+                    flush()
+                bar.update(1)
+                if evaluate_now:
+                    run_eval()
+            epoch += 1
+    except KeyboardInterrupt:
+        interrupted = True
+        history.loss.extend(t.item() for t in pending)
+        pending.clear()
+    finally:
+        bar.close()
+        history.wall_time = time.perf_counter() - start
+        history.train_seconds = history.wall_time - eval_seconds
+
+    model = accelerator.unwrap_model(wrapped)
+    model.eval()
+    if best_state is not None and best_step != step:
+        with torch.no_grad():
+            for name, parameter in trainable:
+                parameter.copy_(best_state[name])
+    if interrupted and accelerator.is_main_process:
+        where = f"step {best_step}" if best_step is not None else "the last step (no evaluation ran)"
+        print(f"Training stopped at step {step} of {total_steps}; the model holds the state of {where}.",
+              file=sys.stderr)
+    return TrainResult(
+        history=history, metrics=best_metrics, best_step=best_step if eval_data is not None else step,
+        best_metric=best_metric, interrupted=interrupted, model=model, config=replace(config),
+        trainable=trainable_summary(model).as_dict(), train_seconds=history.train_seconds,
+    )
+
+
+def run_experiment(task="sst2", config: TrainConfig | None = None, backbone: str = "bert-base-uncased",
+                   data_dir=None, max_train: int | None = None, max_eval: int | None = None, callback=None,
+                   fallback: bool = True) -> TrainResult:
+    """Load a backbone and a task's train/dev data, apply ``config.method``, train, evaluate.
+
+    The result says which backbone really ran (``backbone_info``: the offline stand-in when
+    bert-base-uncased is not available and ``fallback`` is on) and which data (``data_description``:
+    source and row counts, "TOY DATA" when the project's own small sets were used). Subsets of
+    ``max_train`` / ``max_eval`` rows are label-stratified and seeded with ``config.seed``.
+    """
+    from .backbones import load_backbone
+    from .data import load_split, tokenize
+
+    config = TrainConfig() if config is None else config
+    if not isinstance(config, TrainConfig):
+        raise ValueError(f"config must be a TrainConfig; got {type(config).__name__}")
+    config.validate()
+    spec = get_task(task)
+    train_split = load_split(spec, "train", data_dir, max_examples=max_train, seed=config.seed)
+    eval_split = load_split(spec, "dev", data_dir, max_examples=max_eval, seed=config.seed)
+    model, tokenizer, info = load_backbone(backbone, num_labels=spec.num_labels, fallback=fallback, seed=config.seed)
+    description = {"train": train_split.describe(), "eval": eval_split.describe()}
+    if config.progress:
+        print(info.describe(), *(f"{k}: {v}" for k, v in description.items()), sep="\n")
+    train_data, eval_data = tokenize(train_split, tokenizer), tokenize(eval_split, tokenizer)
+    set_seed(config.seed)  # the adapters' initial weights
+    apply_method(model, config.method, **config.method_kwargs())
+    result = train(model, train_data, eval_data, config, callback=callback)
+    result.backbone_info, result.data_description = info, description
+    return result
+
+
+# --------------------------------------------------------------------------------------------------
+# Command line: `adapterlab train` and `adapterlab evaluate`
+# --------------------------------------------------------------------------------------------------
+
+METRICS_FILE = "metrics.json"
+
+
+def _fail(command: str, error) -> int:
+    print(f"adapterlab {command}: error: {error}", file=sys.stderr)
+    return 2
+
+
+def train_command(args) -> int:
+    """Train, evaluate, write the adapter set (adapter methods only) and metrics.json to ``args.out``.
+
+    Methods without adapters (full, top_k, layernorm, head) change the backbone's own weights; for them
+    only metrics.json is written.
+    """
+    from .checkpoints import save_adapter_set
+
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        return _fail("train", f"--out {out} exists and is not a folder")
+    for flag, value in (("--max-train", args.max_train), ("--max-eval", args.max_eval)):
+        if value is not None and value < 1:
+            return _fail("train", f"{flag} must be a number of rows >= 1; got {value}")
+    try:
+        config = TrainConfig(method=args.method, bottleneck=args.bottleneck, learning_rate=args.lr,
+                             epochs=args.epochs, batch_size=args.batch_size, seed=args.seed,
+                             progress=not args.no_progress)
+        result = run_experiment(args.task, config, backbone=args.backbone, data_dir=args.data,
+                                max_train=args.max_train, max_eval=args.max_eval)
+        out.mkdir(parents=True, exist_ok=True)
+    except (ValueError, OSError) as error:  # bad arguments, data, backbone or output folder
+        return _fail("train", error)
+    report = result.to_dict()
+    report["task"] = get_task(args.task).name
+    if config.method in PLACEMENTS:
+        save_adapter_set(result.model, out, backbone=result.backbone_info,
+                         extra={"task": report["task"], "seed": config.seed, "metrics": result.metrics})
+        report["checkpoint"] = str(out)
+    else:
+        report["checkpoint"] = None
+        report["note"] = f"method {config.method} trains the backbone's own weights: no adapter set is written"
+    (out / METRICS_FILE).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(result.summary(sources=not config.progress))  # with progress on, run_experiment printed them
+    print(f"wrote {out / METRICS_FILE}" + (f" and the adapter set in {out}" if report["checkpoint"] else ""))
+    return 0
+
+
+def evaluate_command(args) -> int:
+    """Load an adapter set into its backbone and evaluate it on the task's dev set; print the metrics."""
+    from .backbones import load_backbone
+    from .checkpoints import load_adapter_set, read_adapter_config
+    from .data import load_split, tokenize
+
+    try:
+        manifest = read_adapter_config(args.checkpoint)
+        extra = manifest.get("extra") or {}
+        task = get_task(args.task or extra.get("task", "sst2"))
+        seed = int(extra.get("seed", 0))  # random backbones are rebuilt from the seed they were trained on
+        model, tokenizer, info = load_backbone(args.backbone or manifest["backbone"]["name"],
+                                               num_labels=manifest["backbone"]["num_labels"], seed=seed)
+        load_adapter_set(model, args.checkpoint)
+        split = load_split(task, "dev", args.data, max_examples=args.max_eval, seed=seed)
+        metrics = evaluate(model, tokenize(split, tokenizer), device=pick_device("auto"))
+    except (ValueError, OSError) as error:
+        return _fail("evaluate", error)
+    print(info.describe())
+    print(f"eval: {split.describe()}")
+    print(json.dumps({"task": task.name, "metrics": metrics}))
+    return 0

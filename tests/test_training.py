@@ -1,0 +1,375 @@
+"""The training loop: schedule, learning, freezing, best state, determinism, Stop, divergence, CLI.
+
+Everything runs on the 2-layer "tiny-random" backbone and the project's toy data in a few seconds,
+except one check that adapters learn: a random frozen backbone gives its [CLS] token almost no
+information about the sentence, so that check uses the pretrained offline stand-in (skipped when it
+is not installed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from accelerate.utils import set_seed
+
+from adapterlab import training
+from adapterlab.backbones import STANDIN, TINY, load_backbone, standin_installed
+from adapterlab.data import load_split, tokenize
+from adapterlab.placement import METHODS, apply_method, trainable_summary
+from adapterlab.training import (
+    History,
+    TrainConfig,
+    TrainingDiverged,
+    evaluate,
+    pick_device,
+    run_experiment,
+    train,
+    train_command,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def toy_data_only(monkeypatch):
+    """Use the project's toy sets: no GLUE folder from the environment, no hub probe."""
+    monkeypatch.delenv("ADAPTERLAB_DATA", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def tiny(method="houlsby", seed=0, **kwargs):
+    """A tiny-random model prepared for ``method`` (adapters seeded) and its tokenizer."""
+    model, tokenizer, _ = load_backbone(TINY, seed=seed)
+    torch.manual_seed(seed)
+    apply_method(model, method, **{"bottleneck": 8, **kwargs})
+    return model, tokenizer
+
+
+def toy(tokenizer, split="train", task="sst2", rows=None):
+    return tokenize(load_split(task, split, source="toy", max_examples=rows), tokenizer)
+
+
+def config(**overrides):
+    return TrainConfig(**{"bottleneck": 8, "batch_size": 16, "progress": False, **overrides})
+
+
+def trainable_copy(model):
+    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+# -------------------------------------------------------------------------------------- schedule
+
+
+@pytest.mark.parametrize("total, ratio", [(20, 0.1), (10, 0.25), (7, 0.0)])
+def test_learning_rate_follows_linear_warmup_then_linear_decay(total, ratio):
+    model, tokenizer = tiny("head")
+    peak = 2e-3
+    result = train(model, toy(tokenizer), None, config(method="head", max_steps=total, warmup_ratio=ratio,
+                                                       learning_rate=peak))
+    warmup = math.ceil(ratio * total)
+    for step, rate in zip(result.history.steps, result.history.learning_rate):
+        k = step - 1  # updates done before this one
+        expected = peak * k / warmup if k < warmup else peak * (total - k) / (total - warmup)
+        assert rate == pytest.approx(expected, rel=1e-12, abs=1e-18), step
+    assert len(result.history.learning_rate) == total
+
+
+def test_first_adam_step_moves_each_weight_by_lr_times_g_over_abs_g_plus_eps():
+    # Adam's first update (bias-corrected m = g, v = g²) is lr * g / (|g| + eps), with the rate the
+    # schedule gives step 1 (no warmup: the peak).
+    model, tokenizer = tiny("houlsby")
+    before = trainable_copy(model)
+    grads = {}
+    for name, parameter in model.named_parameters():
+        if parameter.requires_grad:
+            parameter.register_hook(lambda g, name=name: grads.__setitem__(name, g.detach().clone()))
+    lr = 1e-3
+    train(model, toy(tokenizer), None, config(max_steps=1, warmup_ratio=0.0, learning_rate=lr, weight_decay=0.0,
+                                              max_grad_norm=None))
+    assert set(grads) == set(before)
+    for name, parameter in model.named_parameters():
+        if name in before:
+            g = grads[name].double()
+            expected = before[name].double() - lr * g / (g.abs() + 1e-8)
+            torch.testing.assert_close(parameter.detach().double(), expected, rtol=0, atol=1e-7, msg=name)
+
+
+# -------------------------------------------------------------------------------------- learning
+
+
+def test_full_fine_tuning_of_the_tiny_model_learns_toy_sst2():
+    model, tokenizer = tiny("full")
+    result = train(model, toy(tokenizer), toy(tokenizer, "dev"), config(method="full", epochs=10, learning_rate=1e-3))
+    losses = result.history.loss
+    assert sum(losses[-10:]) / 10 < 0.5 * sum(losses[:10]) / 10
+    assert result.metrics["accuracy"] > 0.8  # chance and the majority class are 0.5
+
+
+@pytest.mark.skipif(not standin_installed(), reason=f"the offline stand-in {STANDIN} is not installed")
+def test_houlsby_adapters_on_the_pretrained_standin_learn_toy_sst2():
+    result = run_experiment("sst2", config(epochs=1, learning_rate=3e-3, bottleneck=16), backbone=STANDIN)
+    losses = result.history.loss
+    assert sum(losses[-3:]) / 3 < 0.5 * sum(losses[:3]) / 3
+    assert result.metrics["accuracy"] > 0.8
+    assert "TOY DATA" in result.data_description["train"] and "TOY DATA" in result.data_description["eval"]
+    assert result.backbone_info.loaded == STANDIN
+
+
+def test_only_trainable_parameters_change():
+    model, tokenizer = tiny("houlsby")
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    buffers = {n: b.clone() for n, b in model.named_buffers()}
+    flags = {n: p.requires_grad for n, p in model.named_parameters()}
+    train(model, toy(tokenizer), None, config(max_steps=5, learning_rate=1e-2))
+    for name, parameter in model.named_parameters():
+        if flags[name]:
+            assert not torch.equal(parameter, before[name]), f"{name} is trainable but did not change"
+        else:
+            assert torch.equal(parameter, before[name]), f"{name} is frozen but changed"
+    for name, buffer in model.named_buffers():
+        assert torch.equal(buffer, buffers[name]), name
+    assert {n: p.requires_grad for n, p in model.named_parameters()} == flags
+
+
+def test_best_state_is_restored():
+    # Evaluate on the dev set with its labels flipped: the better the model learns the task, the worse
+    # it scores there, so the best evaluation comes early and the final state is not the best one.
+    model, tokenizer = tiny("full")
+    dev = load_split("sst2", "dev", source="toy")
+    flipped = tokenize(replace(dev, labels=[1 - label for label in dev.labels]), tokenizer)
+    snapshots = {}
+
+    def snapshot(history):
+        snapshots[history.evals[-1]["step"]] = trainable_copy(model)
+
+    result = train(model, toy(tokenizer), flipped, config(method="full", epochs=4, eval_every=2, learning_rate=1e-3),
+                   callback=snapshot)
+    scores = [(e["accuracy"], -e["step"]) for e in result.history.evals]
+    best_score, minus_step = max(scores)
+    assert result.best_step == -minus_step != result.history.steps[-1]
+    assert result.best_metric == best_score
+    final = snapshots[result.history.steps[-1]]
+    assert any(not torch.equal(final[n], snapshots[result.best_step][n]) for n in final)
+    for name, parameter in model.named_parameters():
+        if parameter.requires_grad:
+            assert torch.equal(parameter, snapshots[result.best_step][name]), name
+    again = evaluate(model, flipped)
+    assert again["accuracy"] == result.metrics["accuracy"] == best_score
+    assert again["loss"] == pytest.approx(result.metrics["loss"], rel=1e-5)
+
+
+def test_same_seed_gives_identical_history_and_weights():
+    runs = [run_experiment("sst2", config(max_steps=8, eval_every=4, seed=seed), backbone=TINY) for seed in (3, 3, 4)]
+    first, second, other = runs
+    assert first.history.loss == second.history.loss
+    assert first.history.evals[-1]["loss"] == second.history.evals[-1]["loss"]
+    assert all(torch.equal(p, q) for p, q in zip(first.model.parameters(), second.model.parameters()))
+    assert first.history.loss != other.history.loss  # the seed matters, so the test can fail
+
+
+# -------------------------------------------------------------------------------------- stop and divergence
+
+
+def test_keyboard_interrupt_in_the_callback_returns_the_partial_history():
+    model, tokenizer = tiny("houlsby")
+    snapshots = []
+
+    def stop_at_second_eval(history):
+        snapshots.append(trainable_copy(model))
+        if len(history.evals) == 2:
+            raise KeyboardInterrupt
+
+    result = train(model, toy(tokenizer), toy(tokenizer, "dev"), config(max_steps=20, eval_every=2),
+                   callback=stop_at_second_eval)
+    assert result.interrupted
+    assert result.history.steps == [1, 2, 3, 4] and len(result.history.loss) == 4
+    assert [e["step"] for e in result.history.evals] == [2, 4]
+    best = 0 if result.best_step == 2 else 1
+    assert all(torch.equal(p, snapshots[best][n]) for n, p in model.named_parameters() if p.requires_grad)
+
+
+def test_keyboard_interrupt_inside_a_step_keeps_the_finished_steps(monkeypatch):
+    model, tokenizer = tiny("houlsby")
+    calls = []
+    real_collate = training.collate
+
+    def collate_then_stop(*args):
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return real_collate(*args)
+
+    monkeypatch.setattr(training, "collate", collate_then_stop)
+    result = train(model, toy(tokenizer), None, config(max_steps=10))
+    assert result.interrupted and result.history.steps == [1, 2, 3] and len(result.history.loss) == 3
+    assert all(math.isfinite(v) for v in result.history.loss) and result.metrics == {}
+
+
+def test_nan_loss_raises_training_diverged_naming_the_step():
+    model, tokenizer = tiny("houlsby")
+    calls = []
+
+    def poison_third_call(module, inputs, output):
+        calls.append(1)
+        return output * float("nan") if len(calls) == 3 else output
+
+    model.classifier.register_forward_hook(poison_third_call)
+    with pytest.raises(TrainingDiverged, match="step 3") as caught:
+        train(model, toy(tokenizer), None, config(max_steps=10))
+    assert caught.value.step == 3 and math.isnan(caught.value.loss)
+    assert "learning rate" in str(caught.value) and "init_scale" in str(caught.value)
+    assert caught.value.history.steps == [1, 2, 3]
+
+
+def test_huge_init_scale_diverges_at_the_first_step():
+    with pytest.raises(TrainingDiverged, match="step 1.*init_scale is too large"):
+        run_experiment("sst2", config(max_steps=3, init_scale=1e30), backbone=TINY)
+
+
+# -------------------------------------------------------------------------------------- methods, results
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_every_method_trains_and_reports(method):
+    model, tokenizer = tiny(method)
+    expected = trainable_summary(model).as_dict()
+    result = train(model, toy(tokenizer, rows=192), toy(tokenizer, "dev"), config(method=method, max_steps=3))
+    assert result.history.steps == [1, 2, 3] and all(math.isfinite(v) for v in result.history.loss)
+    assert result.trainable == expected
+    assert set(result.metrics) == {"accuracy", "loss"} and result.best_step == 3
+    assert result.history.examples == 48 and result.history.examples_per_second > 0
+
+
+def test_cola_reports_matthews_first():
+    model, tokenizer = tiny("head")
+    result = train(model, toy(tokenizer, task="cola"), toy(tokenizer, "dev", task="cola"),
+                   config(method="head", max_steps=2))
+    assert list(result.metrics) == ["matthews", "accuracy", "loss"]
+    assert result.best_metric == result.metrics["matthews"] and result.history.metric == "matthews"
+
+
+def test_history_rows_table_and_figure():
+    model, tokenizer = tiny("houlsby")
+    history = train(model, toy(tokenizer), toy(tokenizer, "dev"), config(max_steps=6, eval_every=4)).history
+    rows = history.rows()
+    assert [r["step"] for r in rows] == [4, 6]
+    assert rows[0]["train_loss"] == pytest.approx(sum(history.loss[:4]) / 4)
+    assert rows[1]["train_loss"] == pytest.approx(sum(history.loss[4:6]) / 2)
+    assert rows[1]["learning_rate"] == history.learning_rate[5]
+    assert rows[1]["accuracy"] == history.evals[1]["accuracy"]
+    json.dumps(rows)
+    text = str(history)
+    assert "accuracy" in text and "examples/s" in text and len(text.splitlines()) == 4
+    figure = history.to_figure()
+    assert len(figure.data) == 3 and list(figure.data[0].y) == history.loss
+    assert "houlsby" in figure.layout.title.text
+    assert "nats" in figure.layout.yaxis.title.text and "step" in figure.layout.xaxis.title.text
+    assert "fraction" in figure.layout.yaxis2.title.text
+
+
+# -------------------------------------------------------------------------------------- validation
+
+
+@pytest.mark.parametrize("field, value", [
+    ("method", "lora"), ("bottleneck", 0), ("activation", "sigmoid"), ("init", "xavier"), ("init_scale", -1.0),
+    ("train_layernorm", "yes"), ("top_k", 1.5), ("learning_rate", 0.0), ("learning_rate", float("nan")),
+    ("epochs", 0), ("max_steps", 0), ("batch_size", True), ("eval_batch_size", 0), ("warmup_ratio", 1.0),
+    ("weight_decay", -0.1), ("max_grad_norm", 0.0), ("eval_every", -5), ("order", "random"), ("seed", -1),
+    ("device", 3), ("progress", None),
+])
+def test_bad_config_fields_are_named(field, value):
+    with pytest.raises(ValueError, match=field):
+        TrainConfig(**{field: value})
+    good = TrainConfig()
+    setattr(good, field, value)  # a widget may change a field after construction
+    with pytest.raises(ValueError, match=field):
+        train(torch.nn.Linear(1, 1), None, None, good)
+
+
+def test_default_learning_rates_per_method():
+    assert TrainConfig(method="houlsby").peak_learning_rate == 1e-3
+    assert TrainConfig(method="full").peak_learning_rate == 5e-5
+    assert TrainConfig(method="full", learning_rate=2e-5).peak_learning_rate == 2e-5
+
+
+def test_pick_device():
+    expected = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
+    assert pick_device().type == expected
+    assert pick_device("cpu") == torch.device("cpu")
+    with pytest.raises(ValueError, match="device"):
+        pick_device("tpu-please")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            pick_device("cuda")
+
+
+def test_train_refuses_a_model_with_nothing_to_train():
+    model, tokenizer, _ = load_backbone(TINY)
+    model.requires_grad_(False)
+    with pytest.raises(ValueError, match="apply_method"):
+        train(model, toy(tokenizer), None, config())
+
+
+# -------------------------------------------------------------------------------------- command line
+
+
+def cli_args(**overrides):
+    values = dict(task="sst2", method="houlsby", bottleneck=8, backbone=TINY, data=None, max_train=None,
+                  max_eval=None, epochs=1.0, lr=None, batch_size=16, seed=0, out="out", no_progress=True)
+    return argparse.Namespace(**{**values, **overrides})
+
+
+def test_train_command_rejects_bad_input_with_exit_code_2(tmp_path, capsys):
+    assert train_command(cli_args(epochs=-1.0, out=str(tmp_path / "a"))) == 2
+    assert "epochs" in capsys.readouterr().err
+    assert train_command(cli_args(data=str(tmp_path / "nowhere"), out=str(tmp_path / "b"))) == 2
+    assert "nowhere" in capsys.readouterr().err
+    (tmp_path / "file").write_text("")
+    assert train_command(cli_args(out=str(tmp_path / "file"))) == 2
+    assert "not a folder" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not standin_installed(), reason=f"the offline stand-in {STANDIN} is not installed")
+def test_cli_train_then_evaluate_reproduces_the_metrics(tmp_path):
+    # The stand-in, not the tiny random model: on a random frozen backbone adapters learn nothing, and
+    # a round trip of an untrained adapter set would prove little.
+    env = {k: v for k, v in os.environ.items() if k != "ADAPTERLAB_DATA"}
+    env.update(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    out = tmp_path / "run"
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "adapterlab", *args], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=300)
+
+    trained = cli("train", "--task", "sst2", "--method", "houlsby", "--bottleneck", "8", "--backbone", STANDIN,
+                  "--max-train", "64", "--max-eval", "60", "--epochs", "1", "--lr", "3e-3", "--batch-size", "16",
+                  "--seed", "5", "--out", str(out), "--no-progress")
+    assert trained.returncode == 0, trained.stderr
+    report = json.loads((out / "metrics.json").read_text())
+    assert (out / "adapters.safetensors").is_file() and report["checkpoint"] == str(out)
+    assert report["config"]["seed"] == 5 and report["backbone"]["loaded"] == STANDIN
+    assert "TOY DATA" in report["data"]["train"] and "64 of 200 rows" in report["data"]["train"]
+    assert report["history"]["steps"][-1] == 4 and len(report["history"]["rows"]) == 1
+
+    evaluated = cli("evaluate", "--checkpoint", str(out), "--task", "sst2", "--max-eval", "60")
+    assert evaluated.returncode == 0, evaluated.stderr
+    metrics = json.loads(evaluated.stdout.strip().splitlines()[-1])["metrics"]
+    assert metrics["accuracy"] == report["metrics"]["accuracy"]
+    assert metrics["loss"] == pytest.approx(report["metrics"]["loss"], rel=1e-5)
+    model, tokenizer, _ = load_backbone(STANDIN, seed=5)  # the run's starting point: training mattered
+    set_seed(5)
+    apply_method(model, "houlsby", bottleneck=8)
+    start = evaluate(model, tokenize(load_split("sst2", "dev", source="toy", max_examples=60, seed=5), tokenizer))
+    assert abs(start["loss"] - metrics["loss"]) > 1e-3
+
+    missing = cli("evaluate", "--checkpoint", str(tmp_path / "absent"), "--task", "sst2")
+    assert missing.returncode == 2 and "absent" in missing.stderr
