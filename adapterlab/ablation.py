@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 
 from .data import METRICS
 from .placement import PlacementError, adapted_outputs, encoder_layers, set_adapters_enabled
+from .training import evaluate as evaluate_model
 
 
 @dataclass
@@ -71,8 +72,8 @@ def span_ablation(
     eval_data,
     metric: str | None = None,
     batch_size: int = 64,
-    device=None,
-    evaluate: Callable | None = None,
+    device="auto",
+    evaluate: Callable = evaluate_model,
     progress: bool = True,
 ) -> SpanAblation:
     """Evaluate the model with the adapters of every contiguous span of layers switched off.
@@ -85,8 +86,6 @@ def span_ablation(
     The adapters are switched back exactly as they were, even after an error or an interrupt: the
     model leaves this function as it came in.
     """
-    if evaluate is None:
-        from .training import evaluate
     outputs = adapted_outputs(model)
     if not outputs:
         raise PlacementError("this model has no adapters to ablate; train one with adapters first")

@@ -111,3 +111,19 @@ def test_metric_choice_and_bad_input(make_classifier, batch):
         span_ablation(model, batch, evaluate=lambda *a, **k: {"loss": 1.0}, progress=False)
     with pytest.raises(PlacementError, match="no adapters"):
         span_ablation(make_classifier(), batch, evaluate=mean_logit_score, progress=False)
+
+
+def test_with_the_real_evaluation_on_toy_data_all_removed_is_the_bare_backbone():
+    from adapterlab.backbones import TINY, load_backbone
+    from adapterlab.data import TOY_DIR, load_split, tokenize
+    from adapterlab.training import evaluate
+
+    model, tokenizer, _ = load_backbone(TINY, seed=0)
+    torch.manual_seed(0)
+    add_adapters(model, "pfeiffer", bottleneck=4, init_scale=0.5)
+    data = tokenize(load_split("sst2", "dev", TOY_DIR, max_examples=40), tokenizer)
+    result = span_ablation(model, data, metric="loss", progress=False)  # the loss: continuous
+    bare = remove_adapters(copy.deepcopy(model)).eval()
+    assert result.all_removed == pytest.approx(evaluate(bare, data)["loss"], abs=1e-6)
+    assert result.full == pytest.approx(evaluate(model, data)["loss"], abs=1e-6)
+    assert result.full != pytest.approx(result.all_removed, abs=1e-4)

@@ -1,0 +1,195 @@
+"""The training panel of the SST-2 and CoLA labs: pick r, init scale, placement, learning rate and
+steps, press Train, watch the curves, compare every run in a table.
+
+The panel holds no training logic: :meth:`TrainingPanel.train_once` turns the controls into a
+:class:`adapterlab.training.TrainConfig` and calls :func:`adapterlab.training.run_experiment`, whose
+callback redraws the chart at every evaluation. The controls are plain attributes
+(``panel.bottleneck.value = 8``, ``panel.train_button.click()``) so that a test can drive the panel
+without a browser.
+
+The chart is an ``ipywidgets.Output`` holding plotly's JSON output (rendered by JupyterLab's plotly
+extension), not a plotly ``FigureWidget``: that one needs the ``anywidget`` package, which the lab
+does not otherwise need.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+
+import ipywidgets as widgets
+
+from .plots import display_data
+from .placement import PLACEMENTS
+from .profiles import current_profile
+from .training import TrainConfig, TrainingDiverged, run_experiment
+
+#: Bottleneck sizes the slider offers (powers of two, as in the paper's sweep up to 256).
+BOTTLENECKS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+#: The methods the placement menu offers: the three adapter placements, and the head alone.
+CHOICES = (
+    ("Houlsby: 2 adapters per layer", "houlsby"),
+    ("Pfeiffer: 1 adapter per layer (FFN)", "pfeiffer"),
+    ("parallel: beside the FFN, scale 4", "parallel"),
+    ("head only: no adapters", "head"),
+)
+
+
+class TrainingPanel:
+    """Controls, a Train button, a live chart and a table of every run, for one task.
+
+    ``task``, ``backbone``, ``data_dir``, ``max_train``, ``max_eval`` and ``fallback`` go to
+    :func:`run_experiment` unchanged; ``backbone``, the data sizes and ``steps`` default to the
+    current profile (``ADAPTERLAB_PROFILE``). ``config`` holds every training setting the panel does
+    not show (batch size, warmup, seed, ...). Display the panel by leaving it last in a cell.
+    """
+
+    def __init__(
+        self,
+        task: str = "sst2",
+        backbone: str | None = None,
+        data_dir=None,
+        max_train: int | None = None,
+        max_eval: int | None = None,
+        fallback: bool | None = None,
+        config: TrainConfig | None = None,
+        steps: int | None = None,
+    ):
+        profile = current_profile()
+        self.task = task
+        self.backbone = profile.backbone if backbone is None else backbone
+        self.fallback = profile.fallback if fallback is None else fallback
+        self.data_dir = data_dir
+        self.max_train = profile.max_train if max_train is None else max_train
+        self.max_eval = profile.max_eval if max_eval is None else max_eval
+        self.config = config or TrainConfig(batch_size=profile.batch_size, seed=profile.seed)
+        steps = profile.panel_steps if steps is None else steps
+        self.runs: list[dict] = []
+        self.figure = None
+        self.last_result = None
+
+        look = dict(style={"description_width": "8em"}, layout={"width": "26em"})
+        slider = dict(look, continuous_update=False)
+        self.placement = widgets.Dropdown(options=CHOICES, value="houlsby", description="placement", **look)
+        self.bottleneck = widgets.SelectionSlider(options=BOTTLENECKS, value=64, description="bottleneck r", **slider)
+        self.init_scale = widgets.FloatLogSlider(
+            value=1e-2, base=10, min=-7, max=0, step=0.5, readout_format=".0e", description="init scale σ", **slider
+        )
+        self.learning_rate = widgets.FloatLogSlider(
+            value=1e-3, base=10, min=-5, max=-2, step=0.25, readout_format=".0e", description="learning rate", **slider
+        )
+        self.steps = widgets.IntSlider(
+            value=steps, min=10, max=max(2000, steps), step=10, description="steps", **slider
+        )
+        self.train_button = widgets.Button(description="Train", button_style="primary", icon="play")
+        self.status = widgets.HTML(value="Choose the settings and press <b>Train</b>.")
+        self.chart = widgets.Output(layout={"min_height": "360px"})
+        self.table = widgets.HTML(value=self._table_html())
+        self.train_button.on_click(lambda _: self.train_once())
+        self.placement.observe(self._placement_changed, names="value")
+        controls = widgets.VBox([self.placement, self.bottleneck, self.init_scale, self.learning_rate, self.steps])
+        self.widget = widgets.VBox(
+            [widgets.HBox([controls, widgets.VBox([self.train_button, self.status])]), self.chart, self.table]
+        )
+
+    def _repr_mimebundle_(self, **kwargs):
+        return self.widget._repr_mimebundle_(**kwargs)
+
+    def _placement_changed(self, change) -> None:
+        # Head-only training has no adapters: r and σ mean nothing there.
+        self.bottleneck.disabled = self.init_scale.disabled = change["new"] not in PLACEMENTS
+
+    def settings(self) -> TrainConfig:
+        """The TrainConfig the controls describe now."""
+        return dataclasses.replace(
+            self.config,
+            method=self.placement.value,
+            bottleneck=self.bottleneck.value,
+            init_scale=self.init_scale.value,
+            learning_rate=self.learning_rate.value,
+            max_steps=self.steps.value,
+            progress=False,
+        )
+
+    def _show(self, history) -> None:
+        self.figure = history.to_figure()
+        self.chart.outputs = (display_data(self.figure),)
+
+    def train_once(self):
+        """Train once with the current settings; update chart, table and status. Returns the TrainResult
+        (None when training diverged; the status line then says why)."""
+        config = self.settings()
+        self.train_button.disabled = True
+        self.status.value = f"Training run {len(self.runs) + 1} ({config.method}) …"
+        try:
+            result = run_experiment(
+                self.task,
+                config,
+                backbone=self.backbone,
+                data_dir=self.data_dir,
+                max_train=self.max_train,
+                max_eval=self.max_eval,
+                callback=self._show,
+                fallback=self.fallback,
+            )
+        except TrainingDiverged as error:
+            self.runs.append(self._row(config, None, error=str(error)))
+            self.status.value = f"<span style='color:#b00'>Run {len(self.runs)} diverged: {html.escape(str(error))}</span>"
+            self.table.value = self._table_html()
+            return None
+        finally:
+            self.train_button.disabled = False
+        self.last_result = result
+        self._show(result.history)
+        self.runs.append(self._row(config, result))
+        self.table.value = self._table_html()
+        interrupted = " (stopped early)" if result.interrupted else ""
+        self.status.value = f"Run {len(self.runs)} finished{interrupted}: {html.escape(result.backbone_info.describe())}"
+        return result
+
+    def _row(self, config: TrainConfig, result, error: str = "") -> dict:
+        adapters = config.method in PLACEMENTS
+        row = {
+            "run": len(self.runs) + 1,
+            "method": config.method,
+            "r": config.bottleneck if adapters else None,
+            "init scale": config.init_scale if adapters else None,
+            "learning rate": config.learning_rate,
+            "steps": config.max_steps,
+        }
+        if result is None:
+            return {**row, "metric": "diverged", "value": None, "trained": None, "% of backbone": None, "seconds": None}
+        return {
+            **row,
+            "metric": result.history.metric,
+            "value": result.best_metric,  # None when stopped before the first evaluation
+            "trained": result.trainable["total_trainable"],
+            "% of backbone": result.trainable["percent_of_backbone"],
+            "seconds": result.train_seconds,
+        }
+
+    def _table_html(self) -> str:
+        headers = ["run", "method", "r", "init scale", "learning rate", "steps", "dev metric", "trained params",
+                   "% of backbone", "train time"]
+        if not self.runs:
+            body = f"<tr><td colspan='{len(headers)}'><i>no runs yet</i></td></tr>"
+        else:
+            body = "".join(self._table_row(row) for row in self.runs)
+        head = "".join(f"<th style='padding:2px 8px'>{h}</th>" for h in headers)
+        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+    @staticmethod
+    def _table_row(row: dict) -> str:
+        def fmt(value, pattern):
+            return "–" if value is None else format(value, pattern)
+
+        if row["value"] is None:
+            metric = "diverged" if row["metric"] == "diverged" else "not evaluated"
+        else:
+            metric = f"{row['metric']} {row['value']:.3f}"
+        cells = [
+            str(row["run"]), row["method"], fmt(row["r"], "d"), fmt(row["init scale"], ".0e"),
+            fmt(row["learning rate"], ".0e"), str(row["steps"]), metric, fmt(row["trained"], ","),
+            fmt(row["% of backbone"], ".2f"), "–" if row["seconds"] is None else f"{row['seconds']:.1f} s",
+        ]
+        return "<tr>" + "".join(f"<td style='padding:2px 8px'>{html.escape(c)}</td>" for c in cells) + "</tr>"

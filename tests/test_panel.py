@@ -1,0 +1,98 @@
+"""The training panel, driven headless on the tiny random model and the project's toy data."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import adapterlab.panel as panel_module
+from adapterlab.backbones import TINY, TINY_CONFIG
+from adapterlab.data import TOY_DIR
+from adapterlab.panel import TrainingPanel
+from adapterlab.training import History, TrainConfig, TrainingDiverged
+
+D, LAYERS, LABELS = TINY_CONFIG["hidden_size"], TINY_CONFIG["num_hidden_layers"], 2
+# Trained by every method: pooler (d×d + d) and classifier (d×labels + labels).
+HEAD = D * D + D + D * LABELS + LABELS
+# Trained with adapters: two LayerNorms per layer and the embeddings' one, 2d each.
+LAYERNORMS = (2 * LAYERS + 1) * 2 * D
+
+
+def houlsby_trained(r: int) -> int:
+    """Closed form: 2 adapters per layer of 2rd + r + d, plus LayerNorms and head."""
+    return 2 * LAYERS * (2 * r * D + r + D) + LAYERNORMS + HEAD
+
+
+@pytest.fixture
+def panel():
+    config = TrainConfig(batch_size=8, eval_batch_size=32, eval_every=5, seed=0)
+    return TrainingPanel("sst2", backbone=TINY, data_dir=TOY_DIR, max_train=64, max_eval=32, config=config, steps=10)
+
+
+def test_the_panel_starts_empty_with_its_controls(panel):
+    assert panel.runs == [] and panel.figure is None and panel.chart.outputs == ()
+    assert "no runs yet" in panel.table.value
+    assert panel.bottleneck.value == 64 and panel.init_scale.value == pytest.approx(1e-2)
+    assert (panel.init_scale.min, panel.init_scale.max) == (-7, 0)  # 1e-7 … 1 on a log slider
+    assert panel.placement.value == "houlsby" and panel.steps.value == 10
+    assert "application/vnd.jupyter.widget-view+json" in panel._repr_mimebundle_()
+
+
+def test_pressing_train_runs_the_settings_and_fills_chart_and_table(panel):
+    updates, disabled_while_training = [], []
+
+    def on_chart(change):
+        updates.append(change["new"])
+        disabled_while_training.append(panel.train_button.disabled)
+
+    panel.chart.observe(on_chart, names="outputs")
+    panel.bottleneck.value = 8
+    panel.init_scale.value = 1e-3
+    panel.learning_rate.value = 3e-3
+    panel.train_button.click()
+
+    result = panel.last_result
+    assert result is not None and result.config.bottleneck == 8
+    assert result.config.init_scale == pytest.approx(1e-3) and result.config.learning_rate == pytest.approx(3e-3)
+    assert len(result.history.steps) == 10
+    # Redrawn at both evaluations (steps 5 and 10), while training.
+    assert len(updates) == 2 and disabled_while_training == [True, True]
+    assert not panel.train_button.disabled
+    loss = next(trace for trace in panel.figure.data if "training loss" in trace.name)
+    assert list(loss.y) == pytest.approx(result.history.loss)
+    shown = updates[-1][0]["data"]["application/vnd.plotly.v1+json"]
+    assert shown["data"][0]["y"] == pytest.approx(result.history.loss)
+    json.dumps(shown)  # plain JSON, storable in a notebook
+
+    (row,) = panel.runs
+    assert (row["method"], row["r"], row["steps"]) == ("houlsby", 8, 10)
+    assert row["trained"] == houlsby_trained(8)
+    assert row["value"] == result.best_metric
+    assert panel.table.value.count("<tr>") == 2  # header + one run
+    assert ">houlsby<" in panel.table.value and ">8<" in panel.table.value and "Run 1 finished" in panel.status.value
+
+
+def test_runs_accumulate_and_head_only_disables_adapter_controls(panel):
+    panel.train_once()
+    panel.placement.value = "head"
+    assert panel.bottleneck.disabled and panel.init_scale.disabled
+    panel.train_button.click()
+    assert [run["method"] for run in panel.runs] == ["houlsby", "head"]
+    assert panel.runs[0]["trained"] == houlsby_trained(64)
+    assert panel.runs[1]["trained"] == HEAD and panel.runs[1]["r"] is None
+    assert panel.table.value.count("<tr>") == 3
+    panel.placement.value = "pfeiffer"
+    assert not panel.bottleneck.disabled
+
+
+def test_a_diverged_run_is_reported_and_the_button_comes_back(panel, monkeypatch):
+    def diverge(task, config, **kwargs):
+        raise TrainingDiverged(7, float("nan"), 0.5, config, History())
+
+    monkeypatch.setattr(panel_module, "run_experiment", diverge)
+    panel.init_scale.value = 1.0
+    assert panel.train_once() is None
+    assert not panel.train_button.disabled
+    assert panel.runs[0]["metric"] == "diverged" and "diverged" in panel.table.value
+    assert "step 7" in panel.status.value and "init_scale" in panel.status.value
