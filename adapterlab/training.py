@@ -585,6 +585,8 @@ def train(model, train_data: TokenizedSplit, eval_data: TokenizedSplit | None, c
         interrupted = True
         history.loss.extend(t.item() for t in pending)
         pending.clear()
+        done = min(len(history.steps), len(history.learning_rate), len(history.loss))  # a step cut short
+        del history.steps[done:], history.learning_rate[done:], history.loss[done:]
     finally:
         bar.close()
         history.wall_time = time.perf_counter() - start

@@ -83,24 +83,29 @@ def test_learning_rate_follows_linear_warmup_then_linear_decay(total, ratio):
     assert len(result.history.learning_rate) == total
 
 
-def test_first_adam_step_moves_each_weight_by_lr_times_g_over_abs_g_plus_eps():
-    # Adam's first update (bias-corrected m = g, v = g²) is lr * g / (|g| + eps), with the rate the
-    # schedule gives step 1 (no warmup: the peak).
+@pytest.mark.parametrize("max_grad_norm, weight_decay", [(None, 0.0), (1e-9, 0.0), (None, 0.5)])
+def test_first_step_is_adamw_with_clipping_and_decay_off_biases_and_layernorms(max_grad_norm, weight_decay):
+    # AdamW's first update: p <- p * (1 - lr * wd) - lr * g / (|g| + eps), Adam's bias-corrected m = g,
+    # v = g². Clipping first scales every g by max_norm / (total norm + 1e-6) when that is below 1.
+    # Biases and LayerNorm weights are not decayed (the BERT convention).
     model, tokenizer = tiny("houlsby")
     before = trainable_copy(model)
     grads = {}
     for name, parameter in model.named_parameters():
         if parameter.requires_grad:
-            parameter.register_hook(lambda g, name=name: grads.__setitem__(name, g.detach().clone()))
+            parameter.register_hook(lambda g, name=name: grads.__setitem__(name, g.detach().double()))
     lr = 1e-3
-    train(model, toy(tokenizer), None, config(max_steps=1, warmup_ratio=0.0, learning_rate=lr, weight_decay=0.0,
-                                              max_grad_norm=None))
+    train(model, toy(tokenizer), None, config(max_steps=1, warmup_ratio=0.0, learning_rate=lr,
+                                              weight_decay=weight_decay, max_grad_norm=max_grad_norm))
     assert set(grads) == set(before)
+    norm = torch.sqrt(sum((g ** 2).sum() for g in grads.values()))
+    scale = 1.0 if max_grad_norm is None else min(1.0, max_grad_norm / (norm.item() + 1e-6))
     for name, parameter in model.named_parameters():
         if name in before:
-            g = grads[name].double()
-            expected = before[name].double() - lr * g / (g.abs() + 1e-8)
-            torch.testing.assert_close(parameter.detach().double(), expected, rtol=0, atol=1e-7, msg=name)
+            g = grads[name] * scale
+            decay = 0.0 if name.endswith("bias") or "LayerNorm" in name else weight_decay
+            expected = before[name].double() * (1 - lr * decay) - lr * g / (g.abs() + 1e-8)
+            torch.testing.assert_close(parameter.detach().double(), expected, rtol=0, atol=2e-7, msg=name)
 
 
 # -------------------------------------------------------------------------------------- learning
