@@ -668,7 +668,7 @@ def train_command(args) -> int:
         if value is not None and value < 1:
             return _fail("train", f"{flag} must be a number of rows >= 1; got {value}")
     try:
-        config = TrainConfig(method=args.method, bottleneck=args.bottleneck, learning_rate=args.lr,
+        config = TrainConfig(method=args.method, bottleneck=args.bottleneck, top_k=args.top_k, learning_rate=args.lr,
                              epochs=args.epochs, batch_size=args.batch_size, seed=args.seed,
                              progress=not args.no_progress)
         result = run_experiment(args.task, config, backbone=args.backbone, data_dir=args.data,
