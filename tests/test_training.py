@@ -328,7 +328,7 @@ def test_train_refuses_a_model_with_nothing_to_train():
 
 
 def cli_args(**overrides):
-    values = dict(task="sst2", method="houlsby", bottleneck=8, backbone=TINY, data=None, max_train=None,
+    values = dict(task="sst2", method="houlsby", bottleneck=8, top_k=2, backbone=TINY, data=None, max_train=None,
                   max_eval=None, epochs=1.0, lr=None, batch_size=16, seed=0, out="out", no_progress=True)
     return argparse.Namespace(**{**values, **overrides})
 
