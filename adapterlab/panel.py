@@ -18,6 +18,7 @@ import dataclasses
 import html
 
 import ipywidgets as widgets
+from tqdm.auto import tqdm
 
 from .plots import display_data
 from .placement import PLACEMENTS
@@ -147,29 +148,51 @@ class TrainingPanel:
         self.status.value = f"Run {len(self.runs)} finished{interrupted}: {html.escape(result.backbone_info.describe())}"
         return result
 
+    def sweep(self, control: str, values, steps: int | None = None) -> list[dict]:
+        """Move one control through ``values``, pressing Train at each; return the rows of those runs.
+
+        ``control`` is "placement", "bottleneck", "init_scale", "learning_rate" or "steps"; ``steps``
+        sets the steps slider first. The control goes back to its value afterwards. This is how a lab
+        makes the static snapshot of the panel that a slide deck shows (widgets need a live kernel).
+        """
+        controls = {"placement": self.placement, "bottleneck": self.bottleneck, "init_scale": self.init_scale,
+                    "learning_rate": self.learning_rate, "steps": self.steps}
+        if control not in controls:
+            raise ValueError(f"control must be one of {', '.join(controls)}; got {control!r}")
+        if steps is not None:
+            self.steps.value = steps
+        widget, before, first = controls[control], controls[control].value, len(self.runs)
+        try:
+            for value in tqdm(list(values), desc=f"sweep over {control}", unit="run"):
+                widget.value = value
+                self.train_once()
+        finally:
+            widget.value = before
+        return self.runs[first:]
+
     def _row(self, config: TrainConfig, result, error: str = "") -> dict:
         adapters = config.method in PLACEMENTS
         row = {
             "run": len(self.runs) + 1,
-            "method": config.method,
-            "r": config.bottleneck if adapters else None,
-            "init scale": config.init_scale if adapters else None,
-            "learning rate": config.learning_rate,
+            "placement": config.method,
+            "bottleneck": config.bottleneck if adapters else None,
+            "init_scale": config.init_scale if adapters else None,
+            "learning_rate": config.learning_rate,
             "steps": config.max_steps,
         }
         if result is None:
-            return {**row, "metric": "diverged", "value": None, "trained": None, "% of backbone": None, "seconds": None}
+            return {**row, "metric": "diverged", "value": None, "trained": None, "percent": None, "seconds": None}
         return {
             **row,
             "metric": result.history.metric,
             "value": result.best_metric,  # None when stopped before the first evaluation
             "trained": result.trainable["total_trainable"],
-            "% of backbone": result.trainable["percent_of_backbone"],
+            "percent": result.trainable["percent_of_backbone"],
             "seconds": result.train_seconds,
         }
 
     def _table_html(self) -> str:
-        headers = ["run", "method", "r", "init scale", "learning rate", "steps", "dev metric", "trained params",
+        headers = ["run", "placement", "r", "init scale", "learning rate", "steps", "dev metric", "trained params",
                    "% of backbone", "train time"]
         if not self.runs:
             body = f"<tr><td colspan='{len(headers)}'><i>no runs yet</i></td></tr>"
@@ -188,8 +211,8 @@ class TrainingPanel:
         else:
             metric = f"{row['metric']} {row['value']:.3f}"
         cells = [
-            str(row["run"]), row["method"], fmt(row["r"], "d"), fmt(row["init scale"], ".0e"),
-            fmt(row["learning rate"], ".0e"), str(row["steps"]), metric, fmt(row["trained"], ","),
-            fmt(row["% of backbone"], ".2f"), "–" if row["seconds"] is None else f"{row['seconds']:.1f} s",
+            str(row["run"]), row["placement"], fmt(row["bottleneck"], "d"), fmt(row["init_scale"], ".0e"),
+            fmt(row["learning_rate"], ".0e"), str(row["steps"]), metric, fmt(row["trained"], ","),
+            fmt(row["percent"], ".2f"), "–" if row["seconds"] is None else f"{row['seconds']:.1f} s",
         ]
         return "<tr>" + "".join(f"<td style='padding:2px 8px'>{html.escape(c)}</td>" for c in cells) + "</tr>"

@@ -66,7 +66,7 @@ def test_pressing_train_runs_the_settings_and_fills_chart_and_table(panel):
     json.dumps(shown)  # plain JSON, storable in a notebook
 
     (row,) = panel.runs
-    assert (row["method"], row["r"], row["steps"]) == ("houlsby", 8, 10)
+    assert (row["placement"], row["bottleneck"], row["steps"]) == ("houlsby", 8, 10)
     assert row["trained"] == houlsby_trained(8)
     assert row["value"] == result.best_metric
     assert panel.table.value.count("<tr>") == 2  # header + one run
@@ -78,9 +78,9 @@ def test_runs_accumulate_and_head_only_disables_adapter_controls(panel):
     panel.placement.value = "head"
     assert panel.bottleneck.disabled and panel.init_scale.disabled
     panel.train_button.click()
-    assert [run["method"] for run in panel.runs] == ["houlsby", "head"]
+    assert [run["placement"] for run in panel.runs] == ["houlsby", "head"]
     assert panel.runs[0]["trained"] == houlsby_trained(64)
-    assert panel.runs[1]["trained"] == HEAD and panel.runs[1]["r"] is None
+    assert panel.runs[1]["trained"] == HEAD and panel.runs[1]["bottleneck"] is None
     assert panel.table.value.count("<tr>") == 3
     panel.placement.value = "pfeiffer"
     assert not panel.bottleneck.disabled
@@ -95,4 +95,21 @@ def test_a_diverged_run_is_reported_and_the_button_comes_back(panel, monkeypatch
     assert panel.train_once() is None
     assert not panel.train_button.disabled
     assert panel.runs[0]["metric"] == "diverged" and "diverged" in panel.table.value
+    assert panel.table.value.count("diverged") == 1  # only in that row: a browser test looks for the word
     assert "step 7" in panel.status.value and "init_scale" in panel.status.value
+
+
+def test_a_sweep_moves_one_control_presses_train_at_each_value_and_puts_it_back(panel, monkeypatch):
+    seen = []
+
+    def record(task, config, **kwargs):
+        seen.append((config.bottleneck, config.max_steps))
+        raise TrainingDiverged(1, float("inf"), 0.1, config, History())
+
+    monkeypatch.setattr(panel_module, "run_experiment", record)
+    rows = panel.sweep("bottleneck", [2, 16], steps=20)
+    assert seen == [(2, 20), (16, 20)]
+    assert [row["bottleneck"] for row in rows] == [2, 16] and rows == panel.runs
+    assert panel.bottleneck.value == 64 and panel.steps.value == 20
+    with pytest.raises(ValueError, match="control must be one of"):
+        panel.sweep("dropout", [0.1])
