@@ -12,8 +12,9 @@ import json
 
 import plotly.graph_objects as go
 import plotly.io as pio
+import torch
 
-from .adapter import ORIGINAL_CODE_INIT_SCALE, PAPER_INIT_SCALE
+from .adapter import ORIGINAL_CODE_INIT_SCALE, PAPER_INIT_SCALE, make_activation
 
 TEMPLATE = "plotly_white"
 COLORS = {"frozen": "#d9d9d9", "adapter": "#f28e2b", "layernorm": "#a0c4e8", "head": "#59a14f", "io": "#ffffff"}
@@ -44,14 +45,28 @@ def _layout(fig: go.Figure, title: str, x: str, y: str, log_x: bool = False, log
         title=title, template=TEMPLATE, height=420, margin=dict(l=70, r=30, t=70, b=60),
         legend=dict(bgcolor="rgba(255,255,255,0.7)"), font=dict(size=14),
     )
-    fig.update_xaxes(title=x, type="log" if log_x else "linear", exponentformat="power")
-    fig.update_yaxes(title=y, type="log" if log_y else "linear", exponentformat="power")
+    fig.update_xaxes(title=x)
+    fig.update_yaxes(title=y)
+    if log_x:
+        fig.update_xaxes(type="log", exponentformat="power")
+    if log_y:
+        fig.update_yaxes(type="log", exponentformat="power")
     return fig
+
+
+def activations_figure(names=("gelu", "relu", "identity"), lo: float = -3.0, hi: float = 3.0) -> go.Figure:
+    """The nonlinearities an adapter may use, on [lo, hi]."""
+    x = torch.linspace(lo, hi, 121)
+    fig = go.Figure()
+    for name, color in zip(names, LINE_COLORS):
+        with torch.no_grad():
+            fig.add_scatter(x=x.tolist(), y=make_activation(name)(x).tolist(), mode="lines", name=name, line_color=color)
+    return _layout(fig, "The nonlinearity f acts on each of the r numbers separately", "input z", "f(z)")
 
 
 def _mark_init_scales(fig: go.Figure) -> None:
     fig.add_vline(x=ORIGINAL_CODE_INIT_SCALE, line_dash="dot", line_color="gray",
-                  annotation_text="1e-3: original code", annotation_position="top left")
+                  annotation_text="1e-3: original code", annotation_position="bottom left")
     fig.add_vline(x=PAPER_INIT_SCALE, line_dash="dash", line_color="gray",
                   annotation_text="1e-2: paper", annotation_position="top right")
 
@@ -72,13 +87,14 @@ def init_scale_figure(sweep: dict, current: dict | None = None) -> go.Figure:
     """One adapter: deviation (measured and small-σ theory) and step-zero gradient norms against σ."""
     fig = go.Figure()
     series = [
-        ("deviation", "‖A(h) − h‖ / ‖h‖ (measured)", "solid"),
-        ("predicted", "σ² theory: ½·v·σ²·√(rd)", "dash"),
-        ("grad_up", "‖∂L/∂W_up‖", "solid"),
-        ("grad_down", "‖∂L/∂W_down‖", "solid"),
+        ("deviation", "‖A(h) − h‖ / ‖h‖ (measured)", "solid", 3),
+        ("predicted", "σ² theory: ½·v·σ²·√(rd)", "dash", 2),
+        ("grad_up", "‖∂L/∂W_up‖", "solid", 5),
+        ("grad_down", "‖∂L/∂W_down‖", "dot", 2),
     ]
-    for (key, name, dash), color in zip(series, LINE_COLORS):
-        fig.add_scatter(x=sweep["init_scale"], y=sweep[key], mode="lines", name=name, line=dict(color=color, dash=dash))
+    for (key, name, dash, width), color in zip(series, LINE_COLORS):
+        fig.add_scatter(x=sweep["init_scale"], y=sweep[key], mode="lines", name=name,
+                        line=dict(color=color, dash=dash, width=width))
     if current is not None:
         keys = ["deviation", "grad_up", "grad_down"]
         fig.add_scatter(x=[current["init_scale"]] * 3, y=[current[k] for k in keys], mode="markers",
@@ -96,7 +112,7 @@ def singular_values_figure(values: dict, bottleneck: int) -> go.Figure:
         s = [max(float(v), 1e-30) for v in s]
         fig.add_scatter(x=list(range(1, len(s) + 1)), y=s, mode="markers", name=name, marker_color=color)
     fig.add_vline(x=bottleneck + 0.5, line_dash="dash", line_color="gray", annotation_text=f"r = {bottleneck}")
-    return _layout(fig, "Singular values of M − I: at most r are non-zero", "index (largest first)",
+    return _layout(fig, "Singular values: a rank-r update has only r that are not zero", "index (largest first)",
                    "singular value (log)", log_y=True)
 
 
@@ -133,14 +149,16 @@ def counts_figure(curves: dict, current: tuple[str, int, int] | None = None, bac
         fig.add_scatter(x=[r], y=[trainable / 1e6], mode="markers", name=f"{placement}, r = {r}",
                         marker=dict(size=14, color="black", symbol="circle-open", line_width=2))
     return _layout(fig, f"Trainable parameters per task{', ' + backbone if backbone else ''}",
-                   "bottleneck r (log)", "trainable parameters (millions; log)", log_x=True, log_y=True)
+                   "bottleneck r (log)", "trainable parameters incl. the head (millions; log)", log_x=True, log_y=True)
 
 
 def trainable_bars_figure(rows: dict, title: str) -> go.Figure:
     """Stacked bars: for each variant (key), trainable parameters per group (adapters, LayerNorms, head)."""
     fig = go.Figure()
-    for group, color in (("adapters", COLORS["adapter"]), ("layernorm", COLORS["layernorm"]), ("head", COLORS["head"])):
-        fig.add_bar(x=list(rows), y=[rows[v][group] for v in rows], name=group, marker_color=color)
+    groups = (("adapters", "adapters", COLORS["adapter"]), ("layernorm", "LayerNorms", COLORS["layernorm"]),
+              ("head", "head (pooler + classifier)", COLORS["head"]))
+    for group, name, color in groups:
+        fig.add_bar(x=list(rows), y=[rows[v][group] for v in rows], name=name, marker_color=color)
     fig.update_layout(barmode="stack")
     return _layout(fig, title, "placement", "trainable parameters")
 
@@ -228,3 +246,130 @@ def placement_diagram(train_layernorm: bool = True) -> go.Figure:
         margin=dict(l=10, r=10, t=60, b=10), font=dict(size=13), legend=dict(orientation="h", y=-0.02),
     )
     return fig
+
+
+# --------------------------------------------------------------------------------------------------
+# Training, sweeps, ablation and serving (labs 6–9)
+# --------------------------------------------------------------------------------------------------
+
+#: How each metric reads on an axis (fractions, as adapterlab.data.compute_metrics returns them).
+METRIC_AXES = {
+    "accuracy": "dev accuracy (fraction correct)",
+    "matthews": "dev Matthews correlation (−1 … 1)",
+    "f1": "dev F1 (0 … 1)",
+}
+
+
+def live_history():
+    """A ``callback`` for :func:`adapterlab.training.run_experiment` that draws the training curves in
+    the cell's output and redraws them at every evaluation (the cell keeps the final figure)."""
+    from IPython.display import display
+
+    handle = None
+
+    def callback(history) -> None:
+        nonlocal handle
+        # The raw bundle, not the figure: a plotly figure displays itself and would ignore display_id.
+        bundle = display_data(history.to_figure())["data"]
+        if handle is None:
+            handle = display(bundle, raw=True, display_id=True)
+        else:
+            handle.update(bundle, raw=True)
+
+    return callback
+
+
+def padding_figure(waste: dict, batch_size: int) -> go.Figure:
+    """Padding per real token for each way of cutting batches (``waste`` maps a name to padded/real)."""
+    names = list(waste)
+    fig = go.Figure(go.Bar(x=names, y=[100 * waste[n] for n in names], marker_color=LINE_COLORS[: len(names)],
+                           text=[f"{100 * waste[n]:.0f} %" for n in names], textposition="outside"))
+    return _layout(fig, f"Padding in batches of {batch_size}: wasted compute per real token",
+                   "how batches are cut", "padded tokens per real token (%)")
+
+
+def methods_figure(rows: list[dict], metric: str) -> go.Figure:
+    """The dev metric against trained parameters (log), one point per method (paper Fig. 1 in small).
+
+    Each row holds ``method``, ``trained`` and ``value`` (the metric)."""
+    fig = go.Figure()
+    for row, color in zip(rows, LINE_COLORS):
+        fig.add_scatter(x=[row["trained"]], y=[row["value"]], mode="markers+text", name=row["method"],
+                        text=[row["method"]], textposition="top center", marker=dict(size=14, color=color))
+    return _layout(fig, "What each method trains, and what it reaches", "trained parameters (log)",
+                   METRIC_AXES.get(metric, metric), log_x=True)
+
+
+def sweep_figure(rows: list[dict], control: str, title: str, baseline: tuple[str, float] | None = None) -> go.Figure:
+    """The dev metric against one setting of the training panel (rows of ``TrainingPanel.runs``).
+
+    ``control`` is the setting swept: "placement" gives bars, a numeric one a line (log axis for
+    bottleneck, init_scale and learning_rate; the paper's and the original code's init scales marked).
+    Diverged runs are left out of the line and named in the title. ``baseline`` = (label, value)
+    draws a horizontal reference line, e.g. the majority class.
+    """
+    done = [row for row in rows if row["value"] is not None]
+    metric = done[0]["metric"] if done else "accuracy"
+    failed = [row for row in rows if row["value"] is None]
+    if failed:
+        title += f" ({len(failed)} diverged: {', '.join(str(row[control]) for row in failed)})"
+    fig = go.Figure()
+    if control == "placement":
+        fig.add_bar(x=[row["placement"] for row in done], y=[row["value"] for row in done],
+                    marker_color=LINE_COLORS[0], text=[f"{row['trained']:,} trained" for row in done],
+                    textposition="outside", name=metric)
+    else:
+        fig.add_scatter(x=[row[control] for row in done], y=[row["value"] for row in done], mode="lines+markers",
+                        name=metric, line_color=LINE_COLORS[0], marker_size=10,
+                        customdata=[[row["trained"]] for row in done],
+                        hovertemplate="%{x}: %{y:.3f}<br>%{customdata[0]:,} trained parameters<extra></extra>")
+    if baseline is not None:
+        fig.add_hline(y=baseline[1], line_dash="dot", line_color="gray", annotation_text=baseline[0],
+                      annotation_position="bottom right")
+    if control == "init_scale":
+        _mark_init_scales(fig)
+    labels = {"placement": "placement", "bottleneck": "bottleneck r (log)", "init_scale": "init scale σ (log)",
+              "learning_rate": "peak learning rate (log)", "steps": "training steps"}
+    log_x = control in ("bottleneck", "init_scale", "learning_rate")
+    fig = _layout(fig, title, labels[control], METRIC_AXES.get(metric, metric), log_x=log_x)
+    if control == "bottleneck":
+        fig.update_xaxes(type="log", tickvals=[row["bottleneck"] for row in done], exponentformat="none")
+    return fig
+
+
+def span_ablation_figure(ablation, majority: float | None = None, backbone: str = "") -> go.Figure:
+    """Heatmap of the metric with the adapters of layers first..last switched off (paper Fig. 6 left).
+
+    ``ablation`` is an :class:`adapterlab.ablation.SpanAblation`; ``majority`` the majority-class
+    score, named in the title beside the full model's and the all-removed one.
+    """
+    n = ablation.num_layers
+    z = [[None if v != v else float(v) for v in row] for row in ablation.scores]  # NaN → empty cell
+    fig = go.Figure(go.Heatmap(
+        z=z, x=list(range(n)), y=list(range(n)), colorscale="Viridis", texttemplate="%{z:.2f}",
+        colorbar=dict(title=ablation.metric), hovertemplate="layers %{y}–%{x} off: %{z:.3f}<extra></extra>",
+    ))
+    parts = [f"all on {ablation.full:.3f}", f"all off {ablation.all_removed:.3f}"]
+    if majority is not None:
+        parts.append(f"majority class {majority:.3f}")
+    title = f"Adapters switched off in layers first…last{', ' + backbone if backbone else ''}<br><sup>{'; '.join(parts)}</sup>"
+    fig = _layout(fig, title, "last layer switched off", "first layer switched off")
+    fig.update_yaxes(autorange="reversed", dtick=1)
+    fig.update_xaxes(dtick=1)
+    fig.update_layout(height=520, width=620)
+    return fig
+
+
+def overhead_figure(results: list, title: str) -> go.Figure:
+    """Grouped bars: the paired median overhead of each variant over the backbone, per setting
+    (``results`` are :class:`adapterlab.latency.LatencyResult`); hover shows the median milliseconds."""
+    fig = go.Figure()
+    for result, color in zip(results, LINE_COLORS):
+        rows = result.rows()
+        fig.add_bar(x=[row["variant"] for row in rows], y=[row["overhead_percent"] for row in rows],
+                    name=result.label, marker_color=color,
+                    text=[f"{row['overhead_percent']:+.1f} %" for row in rows], textposition="outside",
+                    customdata=[[row["median_ms"]] for row in rows],
+                    hovertemplate="%{x}: %{y:+.1f} %<br>median %{customdata[0]:.2f} ms<extra></extra>")
+    fig.update_layout(barmode="group")
+    return _layout(fig, title, "model", "time over the backbone alone (%, paired median)")

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from .adapter import BottleneckAdapter
+from .lora import best_linear_fit
 from .placement import add_adapters, remove_adapters
 
 #: Variance of a standard normal truncated to [−2, 2]: 1 − 4φ(2) / (2Φ(2) − 1).
@@ -139,6 +140,23 @@ def model_deviation_sweep(
         columns["hidden_deviation"].append(change.item())
         columns["max_logit_change"].append((logits - logits0).abs().max().item())
     return columns
+
+
+def linear_fit_sweep(
+    scales, activations=("identity", "gelu", "relu"), d_model: int = 128, bottleneck: int = 16, n_samples: int = 1024, seed: int = 0
+) -> dict:
+    """How much of an adapter's correction the best affine map misses, per activation and weight scale.
+
+    Every adapter has both matrices drawn with std σ and unit-variance random inputs h; the residual
+    is :func:`adapterlab.lora.best_linear_fit`'s. Returns ``init_scale`` and ``residual``, a dict
+    mapping each activation to its list of relative residuals.
+    """
+    h, _ = probe_inputs(n_samples, d_model, seed)
+    residual = {
+        activation: [best_linear_fit(_houlsby_adapter(d_model, bottleneck, s, activation, seed), h).relative_residual for s in scales]
+        for activation in activations
+    }
+    return {"init_scale": [float(s) for s in scales], "residual": residual}
 
 
 def median_seconds(fn, repeats: int = 10, warmup: int = 1) -> float:

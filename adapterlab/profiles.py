@@ -18,7 +18,7 @@ import dataclasses
 import os
 from dataclasses import dataclass
 
-from .backbones import BERT_BASE, STANDIN
+from .backbones import BERT_BASE, BERT_BASE_RANDOM, STANDIN
 
 PROFILE_ENV = "ADAPTERLAB_PROFILE"
 DEFAULT_PROFILE = "student"
@@ -47,6 +47,18 @@ class Profile:
     bottlenecks: tuple[int, ...]
     #: Repeats of a timed forward pass; the median is reported.
     timing_repeats: int
+    #: Steps of each run in a training sweep (labs 6, 7, 9) and the training panel's default.
+    sweep_steps: int
+    panel_steps: int
+    #: Steps of the full fine-tuning comparison (lab 6); a step costs about twice an adapter step.
+    full_finetuning_steps: int
+    #: Init scales and bottleneck sizes the CoLA sweeps train at (lab 7, paper Fig. 6 right).
+    sweep_init_scales: tuple[float, ...]
+    sweep_bottlenecks: tuple[int, ...]
+    #: Dev examples scored per span in the span ablation (lab 8): L(L+1)/2 + 1 evaluations.
+    ablation_eval: int
+    #: The backbone the serving lab times (lab 9); speed does not depend on the weights.
+    latency_backbone: str
     seed: int = 0
 
     def as_rows(self) -> list[tuple[str, str]]:
@@ -71,11 +83,18 @@ PROFILES: dict[str, Profile] = {
         max_train=None,
         max_eval=None,
         batch_size=32,
-        steps=600,
+        steps=300,
         probe_sentences=32,
         init_scale_points=15,
         bottlenecks=(2, 4, 8, 16, 32, 64, 128, 256),
-        timing_repeats=20,
+        timing_repeats=10,
+        sweep_steps=100,
+        panel_steps=100,
+        full_finetuning_steps=150,
+        sweep_init_scales=(1e-6, 1e-4, 1e-2, 1e-1, 3e-1, 1.0),
+        sweep_bottlenecks=(4, 16, 64, 256),
+        ablation_eval=300,
+        latency_backbone=BERT_BASE_RANDOM,
     ),
     "ci": Profile(
         name="ci",
@@ -85,11 +104,18 @@ PROFILES: dict[str, Profile] = {
         max_train=512,
         max_eval=256,
         batch_size=16,
-        steps=30,
+        steps=20,
         probe_sentences=8,
         init_scale_points=8,
         bottlenecks=(8, 64, 256),
         timing_repeats=3,
+        sweep_steps=15,
+        panel_steps=10,
+        full_finetuning_steps=20,
+        sweep_init_scales=(1e-4, 1e-2, 1.0),
+        sweep_bottlenecks=(8, 64),
+        ablation_eval=64,
+        latency_backbone=STANDIN,
     ),
 }
 
