@@ -8,7 +8,8 @@ The labs mark a solution the way nbgrader does::
         return h + self.up(self.act(self.down(h)))
         ### END SOLUTION
 
-and the student copy keeps the cell but not the answer::
+(a `# HINT:` comment may also stand right above the BEGIN marker), and the student copy keeps
+the cell but not the answer::
 
     def forward(self, h):
         # HINT: the residual carries h through untouched
@@ -58,7 +59,7 @@ def stub_solutions(source: str, where: str = "cell") -> str:
                 raise SolutionMarkerError(f"{where}, line {number}: {END} without a {BEGIN} before it")
             indent, hints = region
             kept += [f"{indent}# HINT: {hint}" for hint in hints]
-            hint = " ".join(hints) or GENERIC_HINT
+            hint = " ".join(hints or _hints_above(kept)) or GENERIC_HINT
             kept.append(f"{indent}raise NotImplementedError({f'Exercise: write your answer here. Hint: {hint}'!r})")
             region = None
         elif region is not None:
@@ -70,6 +71,17 @@ def stub_solutions(source: str, where: str = "cell") -> str:
     if region is not None:
         raise SolutionMarkerError(f"{where}: {BEGIN} is never closed; add {END} after the solution")
     return "\n".join(kept) + ("\n" if source.endswith("\n") else "")
+
+
+def _hints_above(lines: list[str]) -> list[str]:
+    """The `# HINT:` comments right above a solution (a hint may also be written there)."""
+    hints = []
+    for line in reversed(lines):
+        match = HINT.match(line)
+        if not match:
+            break
+        hints.insert(0, match["hint"])
+    return [hint for hint in hints if hint]
 
 
 def is_exercise(cell) -> bool:

@@ -69,6 +69,14 @@ def test_stub_without_a_hint_gets_the_generic_one():
     assert stubbed.endswith("print(answer)\n")
 
 
+def test_a_hint_right_above_the_solution_is_used_and_kept_once():
+    source = "def f():\n    # HINT: return forty-two\n    ### BEGIN SOLUTION\n    return 42\n    ### END SOLUTION\n"
+    stubbed = stub_solutions(source)
+    assert stubbed.count("# HINT: return forty-two") == 1
+    with pytest.raises(NotImplementedError, match="return forty-two"):
+        run_source(stubbed)["f"]()
+
+
 def test_every_region_of_a_cell_is_stubbed():
     source = "a = 1\n### BEGIN SOLUTION\nb = 2\n### END SOLUTION\nc = 3\n  ### BEGIN SOLUTION\n  # HINT: second\n  d = 4\n  ### END SOLUTION\n"
     stubbed = stub_solutions(source)
