@@ -84,13 +84,14 @@ class TrainingPanel:
         )
         self.train_button = widgets.Button(description="Train", button_style="primary", icon="play")
         self.status = widgets.HTML(value="Choose the settings and press <b>Train</b>.")
+        self.log = widgets.Output()  # the run's progress bar and what it loaded
         self.chart = widgets.Output(layout={"min_height": "360px"})
         self.table = widgets.HTML(value=self._table_html())
         self.train_button.on_click(lambda _: self.train_once())
         self.placement.observe(self._placement_changed, names="value")
         controls = widgets.VBox([self.placement, self.bottleneck, self.init_scale, self.learning_rate, self.steps])
         self.widget = widgets.VBox(
-            [widgets.HBox([controls, widgets.VBox([self.train_button, self.status])]), self.chart, self.table]
+            [widgets.HBox([controls, widgets.VBox([self.train_button, self.status, self.log])]), self.chart, self.table]
         )
 
     def _repr_mimebundle_(self, **kwargs):
@@ -109,7 +110,9 @@ class TrainingPanel:
             init_scale=self.init_scale.value,
             learning_rate=self.learning_rate.value,
             max_steps=self.steps.value,
-            progress=False,
+            # Unless the config says otherwise, evaluate halfway and at the end: the chart moves
+            # during the run, and evaluations stay a small share of its time.
+            eval_every=self.config.eval_every or max(self.steps.value // 2, 1),
         )
 
     def _show(self, history) -> None:
@@ -122,19 +125,21 @@ class TrainingPanel:
         config = self.settings()
         self.train_button.disabled = True
         self.status.value = f"Training run {len(self.runs) + 1} ({config.method}) …"
+        self.log.clear_output()
         try:
-            result = run_experiment(
-                self.task,
-                config,
-                backbone=self.backbone,
-                data_dir=self.data_dir,
-                max_train=self.max_train,
-                max_eval=self.max_eval,
-                callback=self._show,
-                fallback=self.fallback,
-            )
+            with self.log:
+                result = run_experiment(
+                    self.task,
+                    config,
+                    backbone=self.backbone,
+                    data_dir=self.data_dir,
+                    max_train=self.max_train,
+                    max_eval=self.max_eval,
+                    callback=self._show,
+                    fallback=self.fallback,
+                )
         except TrainingDiverged as error:
-            self.runs.append(self._row(config, None, error=str(error)))
+            self.runs.append(self._row(config, None))
             self.status.value = f"<span style='color:#b00'>Run {len(self.runs)} diverged: {html.escape(str(error))}</span>"
             self.table.value = self._table_html()
             return None
@@ -170,7 +175,7 @@ class TrainingPanel:
             widget.value = before
         return self.runs[first:]
 
-    def _row(self, config: TrainConfig, result, error: str = "") -> dict:
+    def _row(self, config: TrainConfig, result) -> dict:
         adapters = config.method in PLACEMENTS
         row = {
             "run": len(self.runs) + 1,

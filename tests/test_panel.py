@@ -113,3 +113,11 @@ def test_a_sweep_moves_one_control_presses_train_at_each_value_and_puts_it_back(
     assert panel.bottleneck.value == 64 and panel.steps.value == 20
     with pytest.raises(ValueError, match="control must be one of"):
         panel.sweep("dropout", [0.1])
+
+
+def test_settings_follow_the_controls_and_evaluate_halfway_unless_told():
+    panel = TrainingPanel("cola", backbone=TINY, data_dir=TOY_DIR, config=TrainConfig(batch_size=4), steps=40)
+    panel.placement.value, panel.bottleneck.value, panel.learning_rate.value = "parallel", 16, 1e-4
+    config = panel.settings()
+    assert (config.method, config.bottleneck, config.max_steps, config.batch_size) == ("parallel", 16, 40, 4)
+    assert config.learning_rate == pytest.approx(1e-4) and config.eval_every == 20
