@@ -43,8 +43,6 @@ class Profile:
     probe_sentences: int
     #: Init scales swept on a whole model (lab 2), log-spaced from 1e-7 to 1.
     init_scale_points: int
-    #: Bottleneck sizes r swept (lab 4 and the training labs).
-    bottlenecks: tuple[int, ...]
     #: Repeats of a timed forward pass; the median is reported.
     timing_repeats: int
     #: Steps of each run in a training sweep (labs 6, 7, 9) and the training panel's default.
@@ -86,7 +84,6 @@ PROFILES: dict[str, Profile] = {
         steps=300,
         probe_sentences=32,
         init_scale_points=15,
-        bottlenecks=(2, 4, 8, 16, 32, 64, 128, 256),
         timing_repeats=10,
         sweep_steps=100,
         panel_steps=100,
@@ -107,7 +104,6 @@ PROFILES: dict[str, Profile] = {
         steps=20,
         probe_sentences=8,
         init_scale_points=8,
-        bottlenecks=(8, 64, 256),
         timing_repeats=3,
         sweep_steps=15,
         panel_steps=10,
