@@ -71,7 +71,7 @@ def span_ablation(
     model,
     eval_data,
     metric: str | None = None,
-    batch_size: int = 64,
+    batch_size: int = 128,
     device="auto",
     evaluate: Callable = evaluate_model,
     progress: bool = True,
