@@ -130,5 +130,5 @@ def slides_command(args) -> int:
         return 2
     for deck in decks:
         print(deck)
-    print(f"{len(decks)} deck(s) in {Path(args.out)}; they open offline from that folder (keep lib/ beside them)")
+    print(f"{len(decks)} slide deck{'s' if len(decks) != 1 else ''} in {Path(args.out)}: open one in a browser, no network needed (keep lib/ beside them)")
     return 0
