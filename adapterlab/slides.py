@@ -84,7 +84,7 @@ def copy_assets(out_dir: Path | str) -> Path:
     reveal = _package_dir("sphinx_revealjs", "pip install sphinx-revealjs") / "_static" / "revealjs"
     mathjax = _package_dir("jupyter_server_mathjax", "pip install jupyter-server-mathjax") / "static"
     plotly_js = _package_dir("plotly", "pip install plotly") / "package_data" / "plotly.min.js"
-    for folder in ("dist", "plugin"):
+    for folder in ("dist", "plugin/notes"):
         shutil.copytree(reveal / folder, lib / "reveal.js" / folder, dirs_exist_ok=True)
     shutil.copy2(reveal / "LICENSE", lib / "reveal.js" / "LICENSE")
     shutil.copytree(mathjax, lib / "mathjax", dirs_exist_ok=True)

@@ -39,7 +39,7 @@ def decks():
 
 
 @pytest.mark.parametrize("lab", all_labs(), ids=lambda lab: lab.stem)
-def test_deck_opens_offline(lab, decks, page, screenshots):
+def test_deck_opens_offline(lab, page, decks, screenshots):
     nb = nbformat.read(lab, as_version=4)
     blocked, failed, errors = [], [], []
 
