@@ -49,6 +49,14 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--data", default=None, metavar="DIR", help="a GLUE folder (as for train)")
     evaluate.add_argument("--backbone", default=None, help="default: the backbone the adapter set was trained on")
     evaluate.add_argument("--max-eval", type=int, default=None, metavar="N", help="evaluate on N dev rows")
+
+    slides = commands.add_parser("slides", help="export the labs to reveal.js slide decks that open offline")
+    slides.add_argument("labs", nargs="*", metavar="LAB", help="lab number, name or notebook path (default: every lab)")
+    slides.add_argument("--out", default="build/slides", help="folder for the decks (default: build/slides)")
+
+    student = commands.add_parser("student", help="write student copies of the labs, solutions stubbed out")
+    student.add_argument("labs", nargs="*", metavar="LAB", help="lab number, name or notebook path (default: every lab)")
+    student.add_argument("--out", default="build/student", help="folder for the copies (default: build/student)")
     return parser
 
 
@@ -70,6 +78,14 @@ def main(argv: list[str] | None = None) -> int:
         from .training import evaluate_command
 
         return evaluate_command(args)
+    if args.command == "slides":
+        from .slides import slides_command
+
+        return slides_command(args)
+    if args.command == "student":
+        from .student import student_command
+
+        return student_command(args)
     raise AssertionError(f"unhandled command {args.command}")
 
 
