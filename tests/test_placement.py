@@ -29,7 +29,6 @@ from adapterlab.placement import (
     set_trainable,
     trainable_summary,
 )
-from conftest import tiny_bert_config
 
 L, D, FFN, R = 3, 32, 64, 8
 
@@ -166,7 +165,7 @@ def capture_layer(model, index: int, batch):
     return out.hidden_states[index], out.hidden_states[index + 1], captured["context"]
 
 
-def layer_by_hand(layer, x, context, placement, scale=None, eps=tiny_bert_config().layer_norm_eps):
+def layer_by_hand(layer, x, context, placement, scale=None, eps=transformers.BertConfig().layer_norm_eps):
     """One BERT layer (eval mode) from its weights, with the adapters where the placement says."""
     attention, ffn = layer.attention.output, layer.output
     a = linear(attention.dense, context)
@@ -482,11 +481,11 @@ def test_apply_method_adds_adapters(make_classifier):
     assert not layernorm_names(model) & trainable_names(model)
 
 
-def test_trainable_summary_counts(make_classifier):
+def test_trainable_summary_counts(make_classifier, bert_config):
     model = make_classifier()
     add_adapters(model, "houlsby", bottleneck=R)
     summary = trainable_summary(model)
-    config = tiny_bert_config()
+    config = bert_config
     adapters = L * 2 * (2 * R * D + R + D)
     layernorm = (2 * L + 1) * 2 * D
     pooler = D * D + D
