@@ -9,6 +9,7 @@ embeds plotly.js once.
 from __future__ import annotations
 
 import json
+import math
 
 import plotly.graph_objects as go
 import plotly.io as pio
@@ -327,7 +328,12 @@ def sweep_figure(rows: list[dict], control: str, title: str, baseline: tuple[str
         fig.add_hline(y=baseline[1], line_dash="dot", line_color="gray", annotation_text=baseline[0],
                       annotation_position="bottom right")
     if control == "init_scale":
-        _mark_init_scales(fig)
+        # On a log axis an annotation's x is log10 of the value (a shape's x is the value itself).
+        for value, text, dash in ((ORIGINAL_CODE_INIT_SCALE, "1e-3: original code", "dot"),
+                                  (PAPER_INIT_SCALE, "1e-2: paper", "dash")):
+            fig.add_vline(x=value, line_dash=dash, line_color="gray")
+            fig.add_annotation(x=math.log10(value), y=1, yref="paper", text=text, showarrow=False,
+                               xanchor="right" if dash == "dot" else "left", yanchor="bottom")
     labels = {"placement": "placement", "bottleneck": "bottleneck r (log)", "init_scale": "init scale σ (log)",
               "learning_rate": "peak learning rate (log)", "steps": "training steps"}
     log_x = control in ("bottleneck", "init_scale", "learning_rate")
