@@ -20,7 +20,6 @@ otherwise a short connection probe decides whether the hub is worth trying.
 
 from __future__ import annotations
 
-import os
 import sys
 import warnings
 from contextlib import contextmanager

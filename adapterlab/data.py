@@ -25,7 +25,7 @@ import itertools
 import os
 import random
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np

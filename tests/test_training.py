@@ -26,7 +26,6 @@ from adapterlab.backbones import STANDIN, TINY, load_backbone, standin_installed
 from adapterlab.data import load_split, tokenize
 from adapterlab.placement import METHODS, apply_method, trainable_summary
 from adapterlab.training import (
-    History,
     TrainConfig,
     TrainingDiverged,
     evaluate,

@@ -4,7 +4,6 @@ numbers the package computes for the new value."""
 from __future__ import annotations
 
 import pytest
-import torch
 
 from adapterlab import counting, probes, widgets
 
