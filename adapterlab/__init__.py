@@ -18,3 +18,11 @@ from .placement import (
 )
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "ACTIVATIONS", "INIT_SCHEMES", "BottleneckAdapter",
+    "bert_counts", "compare_counts", "count_model",
+    "LoRALinear", "best_linear_fit", "fold_adapters", "fold_linear_adapter", "linear_adapter_matrix",
+    "METHODS", "PLACEMENTS", "PlacementError", "add_adapters", "adapter_config", "apply_method", "enabled_layers",
+    "remove_adapters", "set_adapters_enabled", "set_trainable", "trainable_summary",
+]
