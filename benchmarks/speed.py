@@ -1,0 +1,148 @@
+"""Training speed over real SST-2 train batches: examples/s per method, and what length-grouped batches save.
+
+For each backbone (the offline stand-in and the BERT-base shape with random weights) and each method, the
+real training loop (``adapterlab.training.train``) runs short bursts of steps, alternating between the
+length-grouped order and plain shuffled batches padded to their longest row. Each round runs one burst of
+each order (in a seeded random order per round), each burst on a fresh random sample of batches, so drift in
+the machine's speed hits both orders alike. Reported per method and order: examples/s over all measured
+steps (total examples / total training seconds) and the speed-up, the median over rounds of the paired
+ratio grouped / shuffled. One untimed burst per method warms up first.
+
+The padding waste (padded tokens / real tokens) of a whole SST-2 train epoch is reported for both orders: it
+depends on the data and the tokenizer only.
+
+    python benchmarks/speed.py                  # both backbones (about 10-15 min on 2 cores)
+    python benchmarks/speed.py --backbone all-MiniLM-L6-v2
+    python benchmarks/speed.py --quick          # smoke run
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import statistics
+import sys
+import time
+
+import torch
+
+import common
+from adapterlab.backbones import BERT_BASE_RANDOM, STANDIN, load_backbone
+from adapterlab.data import load_split, make_batches, padding_waste, tokenize
+from adapterlab.placement import apply_method
+from adapterlab.training import TrainConfig, train
+
+METHODS = ("houlsby", "pfeiffer", "full", "layernorm", "head")
+ORDERS = ("grouped", "shuffled")
+BOTTLENECK = 64
+BATCH_SIZE = 32
+#: (rounds, steps per burst): rounds × steps measured steps per method and order.
+PLAN = {STANDIN: (6, 5), BERT_BASE_RANDOM: (4, 5)}
+TARGET_SPEEDUP = 1.5
+
+
+def padding_table(tokenized) -> list[dict]:
+    rows = []
+    for order in ("sequential", "shuffled", "grouped"):
+        batches = make_batches(tokenized, BATCH_SIZE, order, seed=0)
+        real = sum(int(b["attention_mask"].sum()) for b in batches)
+        padded = sum(b["attention_mask"].numel() for b in batches)
+        rows.append({"order": order, "batches": len(batches), "padding_waste": padding_waste(batches),
+                     "real_tokens_per_batch": real / len(batches), "padded_tokens_per_batch": padded / len(batches)})
+    return rows
+
+
+def burst(model, data, method: str, order: str, steps: int, seed: int) -> tuple[int, float]:
+    """``steps`` optimizer steps of the real loop; returns (examples, training seconds)."""
+    config = TrainConfig(method=method, bottleneck=BOTTLENECK, max_steps=steps, batch_size=BATCH_SIZE,
+                         order=order, seed=seed, device="cpu", progress=False)
+    result = train(model, data, None, config)
+    return result.history.examples, result.history.train_seconds
+
+
+def measure_backbone(name: str, data_dir, methods, rounds: int, steps: int, max_train) -> tuple[list, list, dict]:
+    pristine, tokenizer, info = load_backbone(name, num_labels=2, fallback=False, seed=0)
+    split = load_split("sst2", "train", data_dir, max_examples=max_train, seed=0)
+    data = tokenize(split, tokenizer)
+    rows = []
+    for method in methods:
+        model = copy.deepcopy(pristine)
+        torch.manual_seed(0)
+        apply_method(model, method, bottleneck=BOTTLENECK)
+        burst(model, data, method, "grouped", 2, seed=10_000)  # warm-up, untimed
+        totals = {order: [0, 0.0] for order in ORDERS}
+        ratios = []
+        rng = random.Random(0)
+        for k in range(rounds):
+            order_of_round = list(ORDERS)
+            rng.shuffle(order_of_round)
+            speed = {}
+            for order in order_of_round:
+                examples, seconds = burst(model, data, method, order, steps, seed=k)
+                totals[order][0] += examples
+                totals[order][1] += seconds
+                speed[order] = examples / seconds
+            ratios.append(speed["grouped"] / speed["shuffled"])
+        row = {"backbone": name, "method": method, "steps_per_order": rounds * steps}
+        for order in ORDERS:
+            row[f"{order}_examples_per_second"] = totals[order][0] / totals[order][1]
+        row["speedup"] = statistics.median(ratios)
+        row["speedup_per_round"] = ratios
+        rows.append(row)
+        print(f"  {name} {method}: grouped {row['grouped_examples_per_second']:.1f}, shuffled "
+              f"{row['shuffled_examples_per_second']:.1f} examples/s, speed-up {row['speedup']:.2f}x", flush=True)
+        del model
+    return rows, padding_table(data), {"backbone": info.describe(), "data": split.describe()}
+
+
+def main(argv=None) -> int:
+    p = common.parser(__doc__.splitlines()[0])
+    p.add_argument("--backbone", action="append", choices=list(PLAN), help="measure only this backbone (repeatable)")
+    args = p.parse_args(argv)
+    common.set_threads(args)
+    data_dir = common.glue_dir(args.data)
+    backbones = args.backbone or list(PLAN)
+    methods = ("houlsby", "head") if args.quick else METHODS
+    payload = {"benchmark": "speed", "machine": common.machine(), "batch_size": BATCH_SIZE, "bottleneck": BOTTLENECK,
+               "quick": args.quick, "rows": [], "padding": [], "sources": {}}
+    started = time.perf_counter()
+    for name in backbones:
+        rounds, steps = (2, 2) if args.quick else PLAN[name]
+        rows, padding, sources = measure_backbone(name, data_dir, methods, rounds, steps,
+                                                  2_000 if args.quick else None)
+        payload["rows"] += rows
+        payload["padding"] = padding
+        payload["sources"][name] = sources
+    payload["machine"]["load_average_at_end"] = common.load_average()
+    payload["seconds"] = time.perf_counter() - started
+    speedups = [row["speedup"] for row in payload["rows"]]
+    payload["target"] = {"target": f"length-grouped batches >= {TARGET_SPEEDUP}x the examples/s of shuffled batches",
+                         "min_speedup": min(speedups), "met": min(speedups) >= TARGET_SPEEDUP}
+    path = common.output_path("speed", args)
+    common.write_json(path, payload)
+    print()
+    print(report(payload))
+    print(f"\nwrote {path}")
+    return 0
+
+
+def report(payload: dict) -> str:
+    split = next(iter(payload["sources"].values()))["data"]
+    lines = [common.machine_line(payload["machine"]), f"data: {split}", "",
+             f"Padding of one epoch, batch {payload['batch_size']}:",
+             common.table(payload["padding"], [
+                 ("order", "order", ""), ("batches", "batches", "d"), ("real_tokens_per_batch", "real tokens/batch", ".0f"),
+                 ("padded_tokens_per_batch", "padded tokens/batch", ".0f"), ("padding_waste", "padding waste", ".2f")]),
+             "", "Training examples/s (real loop, batch 32, r = 64 for adapters):",
+             common.table(payload["rows"], [
+                 ("backbone", "backbone", ""), ("method", "method", ""), ("steps_per_order", "steps", "d"),
+                 ("grouped_examples_per_second", "grouped ex/s", ".1f"),
+                 ("shuffled_examples_per_second", "shuffled ex/s", ".1f"), ("speedup", "speed-up (median)", ".2f")])]
+    target = payload["target"]
+    lines += ["", f"[{'MET' if target['met'] else 'MISSED'}] {target['target']}: smallest speed-up "
+                  f"{target['min_speedup']:.2f}x"]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
