@@ -89,10 +89,12 @@ class TrainingPanel:
         self.table = widgets.HTML(value=self._table_html())
         self.train_button.on_click(lambda _: self.train_once())
         self.placement.observe(self._placement_changed, names="value")
-        controls = widgets.VBox([self.placement, self.bottleneck, self.init_scale, self.learning_rate, self.steps])
-        self.widget = widgets.VBox(
-            [widgets.HBox([controls, widgets.VBox([self.train_button, self.status, self.log])]), self.chart, self.table]
+        controls = widgets.VBox(
+            [self.placement, self.bottleneck, self.init_scale, self.learning_rate, self.steps],
+            layout={"flex": "0 0 auto", "width": "28em"},  # the sliders keep their width and readouts
         )
+        actions = widgets.VBox([self.train_button, self.status, self.log], layout={"flex": "1 1 auto"})
+        self.widget = widgets.VBox([widgets.HBox([controls, actions]), self.chart, self.table])
 
     def _repr_mimebundle_(self, **kwargs):
         return self.widget._repr_mimebundle_(**kwargs)
