@@ -21,6 +21,7 @@ of each (task, method) in the record, and the table lists every configuration th
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -51,13 +52,13 @@ CLEAR_MARGIN_POINTS = 2.0
 
 def key(run: dict) -> tuple:
     return (run["task"], run["method"], run["learning_rate"], run["bottleneck"], run["epochs"], run["max_train"],
-            run.get("order", "grouped"), run.get("train_layernorm"))
+            run.get("order", "grouped"), run.get("train_layernorm"), run.get("seed", 0))
 
 
 def one_run(task: str, method: str, lr: float, bottleneck: int, epochs: float, max_train, max_eval, data,
-            order: str = "grouped", train_layernorm: bool = True) -> dict:
+            order: str = "grouped", train_layernorm: bool = True, seed: int = 0) -> dict:
     config = TrainConfig(method=method, bottleneck=bottleneck, learning_rate=lr, epochs=epochs, batch_size=32,
-                         warmup_ratio=0.1, order=order, train_layernorm=train_layernorm, seed=0, device="cpu",
+                         warmup_ratio=0.1, order=order, train_layernorm=train_layernorm, seed=seed, device="cpu",
                          progress=False)
     load_before = common.load_average()
     cpu_before = time.process_time()
@@ -68,7 +69,7 @@ def one_run(task: str, method: str, lr: float, bottleneck: int, epochs: float, m
     return {
         "task": task, "method": method, "learning_rate": lr,
         "bottleneck": bottleneck if method in ("houlsby", "pfeiffer") else None,
-        "epochs": epochs, "max_train": max_train, "batch_size": config.batch_size, "order": config.order,
+        "epochs": epochs, "max_train": max_train, "seed": seed, "batch_size": config.batch_size, "order": config.order,
         "train_layernorm": config.train_layernorm if method in ("houlsby", "pfeiffer") else None,
         "metric_name": metric, "metric": result.metrics[metric], "accuracy": result.metrics["accuracy"],
         "trained_params": result.trainable["total_trainable"],
@@ -81,60 +82,108 @@ def one_run(task: str, method: str, lr: float, bottleneck: int, epochs: float, m
     }
 
 
-def best_runs(runs: list[dict]) -> dict:
-    """The best configuration of each (task, method) by its dev metric, and how many were tried.
+def configurations(runs: list[dict]) -> list[dict]:
+    """Runs that differ only in their seed, merged: mean metric, accuracy and times over the seeds."""
+    groups = {}
+    for run in runs:
+        groups.setdefault(key(run)[:-1], []).append(run)
+    merged = []
+    for group in groups.values():
+        config = dict(group[0], seeds=[run.get("seed", 0) for run in group])
+        for field in ("metric", "accuracy", "train_seconds", "cpu_seconds_whole_run"):
+            values = [run[field] for run in group if run.get(field) is not None]
+            config[field] = statistics.fmean(values) if values else None
+        merged.append(config)
+    return merged
+
+
+def best_configurations(runs: list[dict]) -> dict:
+    """The best configuration of each (task, method) by its dev metric (averaged over seeds), and how many
+    configurations were tried.
 
     Only our recipe (length-grouped batches) counts; shuffled-order runs are controls that reproduce the
     reference library's recipe under the same machine load.
     """
     best, tried = {}, {}
-    for run in runs:
-        if run.get("order", "grouped") != "grouped":
+    for config in configurations(runs):
+        if config.get("order", "grouped") != "grouped":
             continue
-        k = (run["task"], run["method"])
+        k = (config["task"], config["method"])
         tried[k] = tried.get(k, 0) + 1
-        if k not in best or run["metric"] > best[k]["metric"]:
-            best[k] = run
-    return {k: dict(run, configurations_tried=tried[k]) for k, run in best.items()}
+        if k not in best or config["metric"] > best[k]["metric"]:
+            best[k] = config
+    return {k: dict(config, configurations_tried=tried[k]) for k, config in best.items()}
+
+
+def describe(config: dict) -> str:
+    parts = [f"lr {config['learning_rate']:g}"]
+    if config.get("bottleneck"):
+        parts.insert(0, f"r={config['bottleneck']}")
+    seeds = config["seeds"]
+    parts.append(f"seed {seeds[0]}" if len(seeds) == 1 else f"mean of seeds {', '.join(map(str, seeds))}")
+    return f"{config['method']} ({', '.join(parts)}; best of {config['configurations_tried']})"
 
 
 def check_targets(runs: list[dict]) -> list[dict]:
     """Each target: what it asks, what was measured, and whether it is met (None: not measured)."""
-    best = best_runs(runs)
+    best = best_configurations(runs)
 
     def points(task, method):
-        run = best.get((task, method))
-        return None if run is None else 100.0 * run["metric"]
+        config = best.get((task, method))
+        return None if config is None else 100.0 * config["metric"]
 
     targets = []
     for task, allowed, unit in (("sst2", 1.0, "accuracy points"), ("cola", 3.0, "MCC points")):
-        h, f = points(task, "houlsby"), points(task, "full")
+        h, f, head = points(task, "houlsby"), points(task, "full"), points(task, "head")
         met = None if h is None or f is None else h >= f - allowed
         targets.append({"target": f"{task}: houlsby within {allowed:g} {unit} of full fine-tuning",
-                        "measured": None if met is None else f"houlsby {h:.1f} vs full {f:.1f} ({h - f:+.1f})",
+                        "measured": None if met is None else
+                        f"{describe(best[task, 'houlsby'])} {h:.1f} vs {describe(best[task, 'full'])} {f:.1f} "
+                        f"({h - f:+.1f})",
                         "met": met})
-        head = points(task, "head")
         met = None if None in (h, f, head) else head <= min(h, f) - CLEAR_MARGIN_POINTS
         targets.append({"target": f"{task}: head-only clearly below houlsby and full (>= {CLEAR_MARGIN_POINTS:g} points)",
                         "measured": None if met is None else f"head {head:.1f} vs houlsby {h:.1f}, full {f:.1f}",
                         "met": met})
     reference = REFERENCES["library default"]
     for method in ("pfeiffer", "houlsby"):
-        run = best.get(("sst2", method))
-        if run is None or run["max_train"] != TASKS["sst2"][0]:
-            met, measured = None, None
-        else:
-            met = run["accuracy"] > reference["accuracy"] and run["train_seconds"] < reference["train_seconds"]
-            measured = (f"{100 * run['accuracy']:.1f} % in {run['train_seconds']:.0f} s vs "
-                        f"{100 * reference['accuracy']:.1f} % in {reference['train_seconds']:.0f} s")
+        config = best.get(("sst2", method))
+        if config is None or config["max_train"] != TASKS["sst2"][0]:
+            targets.append({"target": f"sst2: our {method} beats the library default on accuracy and training time",
+                            "measured": None, "met": None})
+            continue
+        # The machine is shared: wall-clock training time depends on the others' load. With one thread,
+        # the CPU seconds of the whole run (loading and evaluation included) bound the training time on an
+        # idle core from above, so either clock below the reference counts.
+        cpu = config.get("cpu_seconds_whole_run")
+        faster = config["train_seconds"] < reference["train_seconds"] or (
+            cpu is not None and config.get("torch_threads") == 1 and cpu < reference["train_seconds"])
+        met = config["accuracy"] > reference["accuracy"] and faster
+        cpu_text = f", {cpu:.0f} CPU s for the whole run" if cpu is not None else ""
+        measured = (f"{describe(config)}: {100 * config['accuracy']:.2f} % in {config['train_seconds']:.0f} s wall"
+                    f"{cpu_text} vs {100 * reference['accuracy']:.1f} % in {reference['train_seconds']:.0f} s")
         targets.append({"target": f"sst2: our {method} beats the library default on accuracy and training time",
                         "measured": measured, "met": met})
+    controls = [c for c in configurations(runs) if c["task"] == "sst2" and c.get("order") == "shuffled"]
+    ours = best.get(("sst2", "pfeiffer"))
+    for control in controls:
+        if ours is None:
+            continue
+        targets.append({
+            "target": "sst2: our pfeiffer vs the library's recipe (shuffled, padded to longest) in our loop, same machine "
+                      "state: faster and at least as accurate",
+            "measured": f"{100 * ours['accuracy']:.2f} % in {ours['train_seconds']:.0f} s vs "
+                        f"{100 * control['accuracy']:.2f} % in {control['train_seconds']:.0f} s "
+                        f"(r={control['bottleneck']}, LayerNorms {'trained' if control['train_layernorm'] else 'frozen'}, "
+                        f"lr {control['learning_rate']:g})",
+            "met": ours["accuracy"] >= control["accuracy"] and ours["train_seconds"] < control["train_seconds"]})
     return targets
 
 
 COLUMNS = [
     ("task", "task", ""), ("method", "method", ""), ("bottleneck", "r", "d"), ("learning_rate", "lr", ".0e"),
-    ("epochs", "epochs", ".0f"), ("order", "order", ""), ("ln", "LN", ""), ("steps", "steps", "d"), ("metric_name", "metric", ""), ("points", "dev", ".1f"),
+    ("epochs", "epochs", ".0f"), ("seed", "seed", "d"), ("order", "order", ""), ("ln", "LN", ""),
+    ("steps", "steps", "d"), ("metric_name", "metric", ""), ("points", "dev", ".1f"),
     ("trained_params", "trained params", ",d"), ("percent_of_backbone", "% backbone", ".2f"),
     ("train_seconds", "train s", ".0f"), ("examples_per_second", "examples/s", ".1f"),
     ("cpu_seconds_whole_run", "CPU s (run)", ".0f"),
@@ -142,17 +191,29 @@ COLUMNS = [
 
 
 def report(payload: dict) -> str:
+    runs = sorted(payload["runs"], key=lambda r: (list(TASKS).index(r["task"]), METHODS.index(r["method"]),
+                                                   r.get("order", ""), r["bottleneck"] or 0, r["learning_rate"],
+                                                   r.get("seed", 0)))
     rows = [dict(run, points=100.0 * run["metric"],
-                 ln={True: "train", False: "frozen", None: ""}[run.get("train_layernorm")]) for run in payload["runs"]]
+                 ln={True: "train", False: "frozen", None: ""}[run.get("train_layernorm")]) for run in runs]
     lines = [common.machine_line(payload["machine"]), "", common.table(rows, COLUMNS), "",
              "Reference (same machine, stand-in and subset, SST-2):"]
     for name, ref in REFERENCES.items():
         lines.append(f"  {name}: {100 * ref['accuracy']:.1f} % in {ref['train_seconds']:.0f} s of training ({ref['what']})")
-    lines += ["", "Targets (best configuration per task and method):"]
+    lines += ["", "Targets (best configuration per task and method, averaged over its seeds; dev metric in points):"]
     for target in payload["targets"]:
         verdict = {True: "MET", False: "MISSED", None: "not measured"}[target["met"]]
         lines.append(f"  [{verdict}] {target['target']}" + (f": {target['measured']}" if target["measured"] else ""))
     return "\n".join(lines)
+
+
+def read_runs(path: Path) -> list[dict]:
+    """The runs of a record; fields that older records lack are filled from the record's own machine note."""
+    record = json.loads(path.read_text(encoding="utf-8"))
+    for run in record["runs"]:
+        run.setdefault("seed", 0)
+        run.setdefault("torch_threads", record["machine"]["torch_threads"])
+    return record["runs"]
 
 
 def main(argv=None) -> int:
@@ -164,6 +225,8 @@ def main(argv=None) -> int:
     p.add_argument("--epochs", type=float, help="epochs for the selected runs (default: 1 for SST-2, 3 for CoLA)")
     p.add_argument("--order", choices=("grouped", "shuffled"), default="grouped",
                    help="batch order for the selected runs (default grouped; shuffled = padded to the longest of a random batch)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the run: adapter init, dropout, batch order and the SST-2 subset (default 0)")
     p.add_argument("--freeze-layernorm", action="store_true", help="adapters: keep the LayerNorms frozen")
     p.add_argument("--merge", metavar="JSON", action="append",
                    help="add the runs of another accuracy record (e.g. one written with --out) to this one, then report")
@@ -181,14 +244,16 @@ def main(argv=None) -> int:
         plan = [("sst2", "houlsby"), ("cola", "head")]  # one adapter and one freeze method, both tasks
 
     path = common.output_path("accuracy", args)
-    runs = []
+    runs, machine = [], common.machine()
     if (args.only or args.merge) and path.is_file():
-        runs = json.loads(path.read_text(encoding="utf-8"))["runs"]
-    payload = {"benchmark": "accuracy", "machine": common.machine(), "backbone": STANDIN, "quick": args.quick,
+        runs = read_runs(path)
+        if not args.only:  # nothing runs here: the record's machine note stays the one of its runs
+            machine = json.loads(path.read_text(encoding="utf-8"))["machine"]
+    payload = {"benchmark": "accuracy", "machine": machine, "backbone": STANDIN, "quick": args.quick,
                "references": REFERENCES, "runs": runs, "targets": []}
     if args.merge:
         for other in args.merge:
-            for run in json.loads(Path(other).read_text(encoding="utf-8"))["runs"]:
+            for run in read_runs(Path(other)):
                 runs[:] = [r for r in runs if key(r) != key(run)] + [run]
         plan = []
     for task, method in plan:
@@ -201,14 +266,15 @@ def main(argv=None) -> int:
         print(f"{task} {method}: lr {lr:g}, {epochs:g} epochs, train rows {max_train or 'all'} ...", flush=True)
         started = time.perf_counter()
         run = one_run(task, method, lr, args.bottleneck, epochs, max_train, max_eval, data,
-                      order=args.order, train_layernorm=not args.freeze_layernorm)
+                      order=args.order, train_layernorm=not args.freeze_layernorm, seed=args.seed)
         print(f"  {run['metric_name']} {run['metric']:.4f}, {run['train_seconds']:.0f} s training, "
               f"{run['examples_per_second']:.1f} examples/s ({time.perf_counter() - started:.0f} s in all)", flush=True)
         runs[:] = [r for r in runs if key(r) != key(run)] + [run]
         payload["targets"] = check_targets(runs)
         common.write_json(path, payload)
     payload["targets"] = check_targets(runs)
-    payload["machine"]["load_average_at_end"] = common.load_average()
+    if plan:
+        payload["machine"]["load_average_at_end"] = common.load_average()
     common.write_json(path, payload)
     print()
     print(report(payload))
