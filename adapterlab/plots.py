@@ -66,10 +66,16 @@ def activations_figure(names=("gelu", "relu", "identity"), lo: float = -3.0, hi:
 
 
 def _mark_init_scales(fig: go.Figure) -> None:
-    fig.add_vline(x=ORIGINAL_CODE_INIT_SCALE, line_dash="dot", line_color="gray",
-                  annotation_text="1e-3: original code", annotation_position="bottom left")
-    fig.add_vline(x=PAPER_INIT_SCALE, line_dash="dash", line_color="gray",
-                  annotation_text="1e-2: paper", annotation_position="top right")
+    """Dashed lines at the original code's and the paper's init scales, for a figure whose x axis is log σ.
+
+    On a log axis an annotation's x is log10 of the value while a shape's x is the value itself, so the
+    labels are placed by hand (``add_vline``'s own annotation would land at x = 0.01 decades).
+    """
+    for value, text, dash in ((ORIGINAL_CODE_INIT_SCALE, "1e-3: original code", "dot"),
+                              (PAPER_INIT_SCALE, "1e-2: paper", "dash")):
+        fig.add_vline(x=value, line_dash=dash, line_color="gray")
+        fig.add_annotation(x=math.log10(value), y=1, yref="paper", text=text, showarrow=False,
+                           xanchor="right" if dash == "dot" else "left", yanchor="bottom")
 
 
 def model_deviation_figure(sweep: dict, backbone: str) -> go.Figure:
@@ -328,12 +334,7 @@ def sweep_figure(rows: list[dict], control: str, title: str, baseline: tuple[str
         fig.add_hline(y=baseline[1], line_dash="dot", line_color="gray", annotation_text=baseline[0],
                       annotation_position="bottom right")
     if control == "init_scale":
-        # On a log axis an annotation's x is log10 of the value (a shape's x is the value itself).
-        for value, text, dash in ((ORIGINAL_CODE_INIT_SCALE, "1e-3: original code", "dot"),
-                                  (PAPER_INIT_SCALE, "1e-2: paper", "dash")):
-            fig.add_vline(x=value, line_dash=dash, line_color="gray")
-            fig.add_annotation(x=math.log10(value), y=1, yref="paper", text=text, showarrow=False,
-                               xanchor="right" if dash == "dot" else "left", yanchor="bottom")
+        _mark_init_scales(fig)
     labels = {"placement": "placement", "bottleneck": "bottleneck r (log)", "init_scale": "init scale σ (log)",
               "learning_rate": "peak learning rate (log)", "steps": "training steps"}
     log_x = control in ("bottleneck", "init_scale", "learning_rate")

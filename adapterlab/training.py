@@ -306,7 +306,9 @@ class History:
             figure.update_xaxes(title_text="step (optimizer updates)", row=1, col=col)
         figure.update_yaxes(title_text="cross-entropy loss (nats per example)", row=1, col=1)
         figure.update_yaxes(title_text=METRIC_LABELS.get(self.metric, self.metric), row=1, col=2)
-        figure.update_layout(title_text=self.title or "Training", height=380, legend=dict(orientation="h"))
+        # A horizontal legend's default place is on top of the x-axis titles: put it below them.
+        figure.update_layout(title_text=self.title or "Training", height=420, margin=dict(b=110),
+                             legend=dict(orientation="h", yanchor="top", y=-0.3, x=0))
         return figure
 
 
