@@ -102,6 +102,18 @@ def bert_base_cached() -> bool:
     return any(isinstance(try_to_load_from_cache(BERT_BASE, name), str) for name in weights)
 
 
+def expected_backbone(name: str, fallback: bool = True) -> str:
+    """The backbone ``load_backbone(name, fallback=fallback)`` will load, found without loading it.
+
+    Only bert-base-uncased with ``fallback`` can turn into the stand-in: when it is neither cached nor
+    downloadable (the hub probe takes at most a couple of seconds offline). The labs size their
+    training runs by this answer before the first model is loaded.
+    """
+    if name == BERT_BASE and fallback and not bert_base_cached() and not hub_reachable():
+        return STANDIN
+    return name
+
+
 @contextmanager
 def _quiet_transformers(progress: bool):
     """Silence transformers' load report (we report what was loaded ourselves) and, for local loads,

@@ -2,7 +2,12 @@
 
 * ``student`` (the default) — the real thing on a laptop: bert-base-uncased (or, when it cannot be
   had, the offline stand-in, with a notice), the real GLUE data, sweeps dense enough to read a curve
-  from. Every cell stays within a few minutes on a 4-core laptop.
+  from. Every training cell stays within about 5 minutes on a 4-core laptop. A training step of
+  bert-base costs five to seven of the stand-in (``benchmarks/speed.py``: 28 vs 147 examples/s for
+  Houlsby adapters, 18 vs 120 for full fine-tuning, on 2 cores), so the sizes are chosen for the
+  backbone that will load: :func:`current_profile` asks
+  :func:`adapterlab.backbones.expected_backbone` first, and the stand-in gets longer runs
+  (``standin_sizes``) in the same minutes.
 * ``ci`` — the same notebooks, small enough that the whole labs suite runs in minutes on 2 cores:
   the offline stand-in, a few hundred examples, coarse sweeps. The facts the labs check (shapes,
   counts, identity errors) do not depend on the profile; only measured curves and timings do.
@@ -15,10 +20,11 @@ profiles below.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from dataclasses import dataclass
 
-from .backbones import BERT_BASE, BERT_BASE_RANDOM, STANDIN
+from .backbones import BERT_BASE, BERT_BASE_RANDOM, STANDIN, expected_backbone
 
 PROFILE_ENV = "ADAPTERLAB_PROFILE"
 DEFAULT_PROFILE = "student"
@@ -37,7 +43,8 @@ class Profile:
     max_train: int | None
     max_eval: int | None
     batch_size: int
-    #: Training steps per run (the training labs).
+    #: Training steps per run (the training labs). ``benchmarks/lab_budget.py`` checks that every
+    #: training cell fits its minutes with bert-base.
     steps: int
     #: Sentences fed through a whole model when a lab measures it (near-identity, timing).
     probe_sentences: int
@@ -49,8 +56,8 @@ class Profile:
     #: needs more: its sweeps in lab 7 train ``steps`` per run.)
     sweep_steps: int
     panel_steps: int
-    #: Init scales and bottleneck sizes the CoLA sweeps train at (lab 7, paper Fig. 6 right); the
-    #: bottleneck sweep reuses the r = 64, σ = 1e-2 run of the init-scale sweep.
+    #: Init scales and bottleneck sizes the CoLA sweeps train at (lab 7, paper Fig. 6 right); both
+    #: sweeps reuse the lab's r = 64, σ = 1e-2 run, and each of its sweep cells trains two runs.
     sweep_init_scales: tuple[float, ...]
     sweep_bottlenecks: tuple[int, ...]
     #: Dev examples scored per span in the span ablation (lab 8): L(L+1)/2 + 1 evaluations.
@@ -58,10 +65,28 @@ class Profile:
     #: The backbone the serving lab times (lab 9); speed does not depend on the weights.
     latency_backbone: str
     seed: int = 0
+    #: Sizes that replace the ones above when ``backbone`` cannot be had and the stand-in loads
+    #: instead (field name, value); empty when the sizes above are already the stand-in's.
+    standin_sizes: tuple[tuple[str, object], ...] = ()
+    #: The backbone the training sizes are meant for: ``backbone``, or the stand-in after
+    #: :meth:`for_backbone` swapped ``standin_sizes`` in.
+    sized_for: str = ""
+
+    def __post_init__(self):
+        if not self.sized_for:
+            object.__setattr__(self, "sized_for", self.backbone)
+
+    def for_backbone(self, loaded: str) -> "Profile":
+        """This profile with the training sizes for ``loaded``, the backbone that will actually load."""
+        if loaded == STANDIN and self.sized_for != STANDIN and self.standin_sizes:
+            return dataclasses.replace(self, **dict(self.standin_sizes), standin_sizes=(), sized_for=STANDIN)
+        return self
 
     def as_rows(self) -> list[tuple[str, str]]:
-        """(field, value) pairs, for a table in a notebook."""
-        return [(field.name, _show(getattr(self, field.name))) for field in dataclasses.fields(self)]
+        """(field, value) pairs, for a table in a notebook (the stand-in's sizes are a variant: see
+        :func:`variants`)."""
+        return [(field.name, _show(getattr(self, field.name))) for field in dataclasses.fields(self)
+                if field.name != "standin_sizes"]
 
 
 def _show(value) -> str:
@@ -81,16 +106,18 @@ PROFILES: dict[str, Profile] = {
         max_train=None,
         max_eval=None,
         batch_size=32,
-        steps=300,
+        steps=120,
         probe_sentences=32,
         init_scale_points=15,
         timing_repeats=10,
-        sweep_steps=100,
-        panel_steps=100,
+        sweep_steps=30,
+        panel_steps=50,
         sweep_init_scales=(1e-6, 1e-4, 1e-2, 1e-1, 1.0),
-        sweep_bottlenecks=(4, 16, 256),
-        ablation_eval=300,
+        sweep_bottlenecks=(8, 256),
+        ablation_eval=128,
         latency_backbone=BERT_BASE_RANDOM,
+        standin_sizes=(("steps", 300), ("sweep_steps", 100), ("panel_steps", 100),
+                       ("sweep_bottlenecks", (4, 16, 256)), ("ablation_eval", 300)),
     ),
     "ci": Profile(
         name="ci",
@@ -125,9 +152,27 @@ def get_profile(name: str) -> Profile:
 
 
 def current_profile() -> Profile:
-    """The profile named by ``$ADAPTERLAB_PROFILE`` (unset or empty: ``student``)."""
+    """The profile named by ``$ADAPTERLAB_PROFILE`` (unset or empty: ``student``), with its training
+    sizes for the backbone that will load (asked once per process: offline, the hub probe takes a
+    couple of seconds)."""
     name = os.environ.get(PROFILE_ENV, "").strip().lower() or DEFAULT_PROFILE
-    return get_profile(name)
+    profile = get_profile(name)
+    return profile.for_backbone(_expected_backbone(profile.backbone, profile.fallback))
+
+
+@functools.lru_cache(maxsize=None)
+def _expected_backbone(name: str, fallback: bool) -> str:
+    return expected_backbone(name, fallback)
+
+
+def variants() -> dict[str, Profile]:
+    """Every profile as it can run: the student profile sized for bert-base-uncased and for the stand-in."""
+    out = {}
+    for name, profile in PROFILES.items():
+        out[f"{name} ({profile.sized_for})"] = profile
+        if profile.standin_sizes:
+            out[f"{name} ({STANDIN})"] = profile.for_backbone(STANDIN)
+    return out
 
 
 def init_scales(profile: Profile) -> list[float]:

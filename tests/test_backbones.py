@@ -157,3 +157,15 @@ def test_info_is_frozen():
     info = BackboneInfo(TINY, TINY, "random", False, False, 2, 32, 1, "")
     with pytest.raises(AttributeError):
         info.loaded = STANDIN
+
+
+def test_expected_backbone_says_what_load_backbone_will_load_without_loading_it(offline):
+    """Offline with an empty cache, bert-base-uncased (with fallback) turns into the stand-in; with a
+    cached copy, or without fallback, or for any other name, the name stays."""
+    assert backbones.expected_backbone(BERT_BASE) == STANDIN
+    assert load_backbone(BERT_BASE)[2].loaded == STANDIN  # the same answer as loading
+    assert backbones.expected_backbone(BERT_BASE, fallback=False) == BERT_BASE
+    assert backbones.expected_backbone(STANDIN) == STANDIN
+    assert backbones.expected_backbone(TINY) == TINY
+    fake_cached_bert_base(offline)
+    assert backbones.expected_backbone(BERT_BASE) == BERT_BASE
