@@ -159,8 +159,11 @@ class TrainingPanel:
         """Move one control through ``values``, pressing Train at each; return the rows of those runs.
 
         ``control`` is "placement", "bottleneck", "init_scale", "learning_rate" or "steps"; ``steps``
-        sets the steps slider first. The control goes back to its value afterwards. This is how a lab
-        makes the static snapshot of the panel that a slide deck shows (widgets need a live kernel).
+        sets the steps slider first. The control goes back to its value afterwards. A value whose
+        settings equal an earlier run's (trained here or added with :meth:`record`) reuses that run's
+        row instead of training again: with the same seed it would give the same numbers, and on a
+        laptop a run of bert-base costs minutes. This is how a lab makes the static snapshot of the
+        panel that a slide deck shows (widgets need a live kernel).
         """
         controls = {"placement": self.placement, "bottleneck": self.bottleneck, "init_scale": self.init_scale,
                     "learning_rate": self.learning_rate, "steps": self.steps}
@@ -168,14 +171,31 @@ class TrainingPanel:
             raise ValueError(f"control must be one of {', '.join(controls)}; got {control!r}")
         if steps is not None:
             self.steps.value = steps
-        widget, before, first = controls[control], controls[control].value, len(self.runs)
+        widget, before, rows = controls[control], controls[control].value, []
         try:
             for value in tqdm(list(values), desc=f"sweep over {control}", unit="run"):
                 widget.value = value
-                self.train_once()
+                earlier = self._earlier_run(self.settings())
+                if earlier is None:
+                    self.train_once()
+                    earlier = self.runs[-1]
+                rows.append(earlier)
         finally:
             widget.value = before
-        return self.runs[first:]
+        return rows
+
+    def record(self, config: TrainConfig, result) -> dict:
+        """Add a run trained outside the panel (a :func:`run_experiment` result with the panel's task,
+        backbone and data) to the table, so that a sweep can reuse it. Returns its row."""
+        if result.history.task and result.history.task != self.task:
+            raise ValueError(f"this panel trains {self.task!r}; the run to record trained {result.history.task!r}")
+        self.runs.append(self._row(config, result))
+        self.table.value = self._table_html()
+        return self.runs[-1]
+
+    def _earlier_run(self, config: TrainConfig) -> dict | None:
+        key = _settings_key(config)
+        return next((row for row in self.runs if row["key"] == key and row["value"] is not None), None)
 
     def _row(self, config: TrainConfig, result) -> dict:
         adapters = config.method in PLACEMENTS
@@ -186,6 +206,7 @@ class TrainingPanel:
             "init_scale": config.init_scale if adapters else None,
             "learning_rate": config.learning_rate,
             "steps": config.max_steps,
+            "key": _settings_key(config),
         }
         if result is None:
             return {**row, "metric": "diverged", "value": None, "trained": None, "percent": None, "seconds": None}
@@ -223,3 +244,12 @@ class TrainingPanel:
             fmt(row["percent"], ".2f"), "–" if row["seconds"] is None else f"{row['seconds']:.1f} s",
         ]
         return "<tr>" + "".join(f"<td style='padding:2px 8px'>{html.escape(c)}</td>" for c in cells) + "</tr>"
+
+
+def _settings_key(config: TrainConfig) -> tuple:
+    """What decides a run's numbers: every setting except how it is shown (progress bar) and where it
+    runs; the learning rate as the peak rate actually used (None means the method's default)."""
+    settings = config.as_dict()
+    for ignored in ("progress", "device", "learning_rate"):
+        settings.pop(ignored)
+    return tuple(sorted(settings.items()))

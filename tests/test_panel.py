@@ -121,3 +121,36 @@ def test_settings_follow_the_controls_and_evaluate_halfway_unless_told():
     config = panel.settings()
     assert (config.method, config.bottleneck, config.max_steps, config.batch_size) == ("parallel", 16, 40, 4)
     assert config.learning_rate == pytest.approx(1e-4) and config.eval_every == 20
+
+
+def test_a_sweep_reuses_a_run_with_the_same_settings_and_trains_the_rest(panel, monkeypatch):
+    """A run added with record() (trained outside the panel) and a run of the panel itself both count;
+    a value that changes any setting trains; the rows come back in the order of the values."""
+    config = panel.settings()  # houlsby, r = 64, σ = 1e-2
+    outside = panel_module.run_experiment("sst2", config, backbone=TINY, data_dir=TOY_DIR, max_train=64, max_eval=32)
+    recorded = panel.record(config, outside)
+    assert recorded["value"] == outside.best_metric and recorded["run"] == 1
+
+    trained = []
+    real = panel_module.run_experiment
+
+    def counting(task, config, **kwargs):
+        trained.append(config.init_scale)
+        return real(task, config, **kwargs)
+
+    monkeypatch.setattr(panel_module, "run_experiment", counting)
+    rows = panel.sweep("init_scale", [1e-3, 1e-2])
+    assert trained == [pytest.approx(1e-3)]
+    assert [row["init_scale"] for row in rows] == pytest.approx([1e-3, 1e-2]) and rows[1] is recorded
+    assert panel.sweep("init_scale", [1e-2, 1e-3]) == [rows[1], rows[0]] and len(trained) == 1
+    panel.learning_rate.value = 3e-3  # a different peak rate is a different run
+    panel.sweep("init_scale", [1e-2])
+    assert len(trained) == 2 and len(panel.runs) == 3
+
+
+def test_recording_a_run_of_another_task_is_refused(panel):
+    config = panel.settings()
+    cola = panel_module.run_experiment("cola", config, backbone=TINY, data_dir=TOY_DIR, max_train=32, max_eval=16)
+    with pytest.raises(ValueError, match="this panel trains 'sst2'.*'cola'"):
+        panel.record(config, cola)
+    assert panel.runs == []
