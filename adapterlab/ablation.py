@@ -71,7 +71,7 @@ def span_ablation(
     model,
     eval_data,
     metric: str | None = None,
-    batch_size: int = 128,
+    batch_size: int = 32,
     device="auto",
     evaluate: Callable = evaluate_model,
     progress: bool = True,
@@ -81,7 +81,9 @@ def span_ablation(
     ``evaluate(model, eval_data, batch_size=..., device=...) -> dict`` scores the model as it stands
     (default :func:`adapterlab.training.evaluate`); ``metric`` picks the score (default: the task's
     main metric, the first of accuracy / matthews / f1 that evaluate returns). That is
-    L·(L+1)/2 + 1 evaluations for L layers, so pass a modest ``eval_data``.
+    L·(L+1)/2 + 1 evaluations for L layers, so pass a modest ``eval_data``. The default ``batch_size``
+    is small because the rows are batched in length order: a few hundred rows in batches of 128 would
+    pad most sentences to the longest of the whole set, in 32s each batch only to its own longest.
 
     The adapters are switched back exactly as they were, even after an error or an interrupt: the
     model leaves this function as it came in.

@@ -21,13 +21,15 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 import statistics
 import sys
 import time
 
 import common
+from adapterlab.ablation import span_ablation
 from adapterlab.backbones import BERT_BASE_RANDOM, STANDIN, load_backbone
-from adapterlab.data import load_split, make_batches, tokenize
+from adapterlab.data import load_split, tokenize
 from adapterlab.placement import apply_method, encoder_layers
 from adapterlab.profiles import get_profile
 from adapterlab.training import TrainConfig, evaluate, train
@@ -92,14 +94,14 @@ def seconds_per_step(model, tokens, method: str, batch_size: int, steps: int, wa
     return (times[steps] - times[warmup]) / (steps - warmup)
 
 
-def seconds_per_eval(model, tokens, repeats: int = 2) -> float:
+def seconds_per_eval(model, tokens, batch_size: int = 128, repeats: int = 2) -> float:
     """Median seconds of one evaluation of ``tokens`` (batch 128, as the training loop evaluates)."""
     prepared = copy.deepcopy(model)
     apply_method(prepared, "houlsby", bottleneck=64)
     times = []
     for _ in range(repeats):
         started = time.perf_counter()
-        evaluate(prepared, tokens)
+        evaluate(prepared, tokens, batch_size=batch_size)
         times.append(time.perf_counter() - started)
     return statistics.median(times)
 
@@ -133,7 +135,8 @@ def main(argv=None) -> int:
     for task in ("sst2", "cola"):
         eval_cost[task] = seconds_per_eval(model, tokens[task, "dev"])
         print(f"  {task} dev ({len(tokens[task, 'dev'])} rows): {eval_cost[task]:.1f} s per evaluation", flush=True)
-    ablation_cost = seconds_per_eval(model, ablation)
+    ablation_batch = inspect.signature(span_ablation).parameters["batch_size"].default
+    ablation_cost = seconds_per_eval(model, ablation, batch_size=ablation_batch)
     rows = []
     for cell in plan:
         train_s = sum(n * step_cost[task, method] for task, method, n, _ in cell["runs"])
