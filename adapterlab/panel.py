@@ -63,7 +63,8 @@ class TrainingPanel:
         self.data_dir = data_dir
         self.max_train = profile.max_train if max_train is None else max_train
         self.max_eval = profile.max_eval if max_eval is None else max_eval
-        self.config = config or TrainConfig(batch_size=profile.batch_size, seed=profile.seed)
+        self.config = config or TrainConfig(batch_size=profile.batch_size, seed=profile.seed,
+                                            eval_every=profile.panel_eval_every)
         steps = profile.panel_steps if steps is None else steps
         self.runs: list[dict] = []
         self.figure = None

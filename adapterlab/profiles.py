@@ -52,10 +52,16 @@ class Profile:
     init_scale_points: int
     #: Repeats of a timed forward pass; the median is reported.
     timing_repeats: int
+    #: Evaluations on the dev set during a training lab's run: every ``eval_every`` steps and at the
+    #: end. With bert-base-uncased one evaluation of SST-2's dev set costs as much as ~20 steps.
+    eval_every: int
     #: Steps of each run in the placement sweep (lab 6) and the training panel's default. (CoLA
     #: needs more: its sweeps in lab 7 train ``steps`` per run.)
     sweep_steps: int
     panel_steps: int
+    #: How often the panel evaluates; None: halfway and at the end. Lab 7 trains its first run with
+    #: eval_every = steps // 2 so that the panel's sweeps can reuse it: keep the two equal.
+    panel_eval_every: int | None
     #: Init scales and bottleneck sizes the CoLA sweeps train at (lab 7, paper Fig. 6 right); both
     #: sweeps reuse the lab's r = 64, σ = 1e-2 run, and each of its sweep cells trains two runs.
     sweep_init_scales: tuple[float, ...]
@@ -106,18 +112,20 @@ PROFILES: dict[str, Profile] = {
         max_train=None,
         max_eval=None,
         batch_size=32,
-        steps=120,
+        steps=100,
         probe_sentences=32,
         init_scale_points=15,
         timing_repeats=10,
+        eval_every=50,
         sweep_steps=30,
         panel_steps=50,
+        panel_eval_every=50,
         sweep_init_scales=(1e-6, 1e-4, 1e-2, 1e-1, 1.0),
         sweep_bottlenecks=(8, 256),
-        ablation_eval=128,
+        ablation_eval=96,
         latency_backbone=BERT_BASE_RANDOM,
-        standin_sizes=(("steps", 300), ("sweep_steps", 100), ("panel_steps", 100),
-                       ("sweep_bottlenecks", (4, 16, 256)), ("ablation_eval", 300)),
+        standin_sizes=(("steps", 300), ("eval_every", 75), ("sweep_steps", 100), ("panel_steps", 100),
+                       ("panel_eval_every", None), ("sweep_bottlenecks", (4, 16, 256)), ("ablation_eval", 300)),
     ),
     "ci": Profile(
         name="ci",
@@ -131,8 +139,10 @@ PROFILES: dict[str, Profile] = {
         probe_sentences=8,
         init_scale_points=8,
         timing_repeats=3,
+        eval_every=5,
         sweep_steps=15,
         panel_steps=10,
+        panel_eval_every=None,
         sweep_init_scales=(1e-4, 1e-2, 1.0),
         sweep_bottlenecks=(8,),
         ablation_eval=64,

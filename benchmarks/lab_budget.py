@@ -48,23 +48,26 @@ def cells(profile, num_layers: int) -> list[dict]:
     """Each training cell of labs 6-9: (task, method, steps) runs with their evaluations, as the notebooks
     call them. ``evals`` counts evaluations of the full dev set; ``ablation`` those of the span ablation."""
     s, sweep = profile.steps, profile.sweep_steps
-    every_quarter = evaluations(s, max(s // 4, 1))  # labs 6 and 8: eval_every = steps // 4
-    halfway = 2  # the panel: halfway and at the end
+    lab_evals = evaluations(s, profile.eval_every)  # labs 6 and 8
+
+    def panel_evals(steps):  # the panel: every panel_eval_every steps, else halfway and at the end
+        return evaluations(steps, profile.panel_eval_every or max(steps // 2, 1))
+
     small = [x for x in profile.sweep_init_scales if x <= 1e-2 and x != 1e-2]  # 1e-2 is the recorded run
     large = [x for x in profile.sweep_init_scales if x > 1e-2]
     sizes = [r for r in profile.sweep_bottlenecks if r != 64]  # r = 64 is the recorded run
     spans = num_layers * (num_layers + 1) // 2 + 1
     return [
-        {"cell": "lab 6: Houlsby adapters", "runs": [("sst2", "houlsby", s, every_quarter)]},
-        {"cell": "lab 6: head only", "runs": [("sst2", "head", s, every_quarter)]},
-        {"cell": "lab 6: full fine-tuning", "runs": [("sst2", "full", s, every_quarter)]},
-        {"cell": "lab 6: placement sweep", "runs": [("sst2", m, sweep, halfway)
+        {"cell": "lab 6: Houlsby adapters", "runs": [("sst2", "houlsby", s, lab_evals)]},
+        {"cell": "lab 6: head only", "runs": [("sst2", "head", s, lab_evals)]},
+        {"cell": "lab 6: full fine-tuning", "runs": [("sst2", "full", s, lab_evals)]},
+        {"cell": "lab 6: placement sweep", "runs": [("sst2", m, sweep, panel_evals(sweep))
                                                    for m in ("houlsby", "pfeiffer", "parallel", "head")]},
-        {"cell": "lab 7: Houlsby adapters", "runs": [("cola", "houlsby", s, halfway)]},
-        {"cell": "lab 7: init scales <= 1e-2", "runs": [("cola", "houlsby", s, halfway)] * len(small)},
-        {"cell": "lab 7: init scales > 1e-2", "runs": [("cola", "houlsby", s, halfway)] * len(large)},
-        {"cell": "lab 7: bottleneck sweep", "runs": [("cola", "houlsby", s, halfway)] * len(sizes)},
-        {"cell": "lab 8: Houlsby adapters", "runs": [("sst2", "houlsby", s, every_quarter)]},
+        {"cell": "lab 7: Houlsby adapters", "runs": [("cola", "houlsby", s, panel_evals(s))]},
+        {"cell": "lab 7: init scales <= 1e-2", "runs": [("cola", "houlsby", s, panel_evals(s))] * len(small)},
+        {"cell": "lab 7: init scales > 1e-2", "runs": [("cola", "houlsby", s, panel_evals(s))] * len(large)},
+        {"cell": "lab 7: bottleneck sweep", "runs": [("cola", "houlsby", s, panel_evals(s))] * len(sizes)},
+        {"cell": "lab 8: Houlsby adapters", "runs": [("sst2", "houlsby", s, lab_evals)]},
         {"cell": "lab 8: span ablation", "runs": [], "ablation": spans},
         {"cell": "lab 9: adapters for SST-2", "runs": [("sst2", "houlsby", s, 1)]},
         {"cell": "lab 9: adapters for CoLA", "runs": [("cola", "houlsby", s, 1)]},

@@ -7,6 +7,7 @@ import json
 import pytest
 
 import adapterlab.panel as panel_module
+from adapterlab import profiles
 from adapterlab.backbones import TINY, TINY_CONFIG
 from adapterlab.data import TOY_DIR
 from adapterlab.panel import TrainingPanel
@@ -154,3 +155,17 @@ def test_recording_a_run_of_another_task_is_refused(panel):
     with pytest.raises(ValueError, match="this panel trains 'sst2'.*'cola'"):
         panel.record(config, cola)
     assert panel.runs == []
+
+
+@pytest.mark.parametrize("variant", list(profiles.variants()))
+def test_lab_7s_first_run_has_the_settings_its_panel_sweeps_will_ask_for(variant, monkeypatch):
+    """Lab 7 trains its first run with eval_every = steps // 2 and records it in the panel; if the
+    panel's own settings differed, every sweep would silently train that run again (minutes with
+    bert-base). This holds for every profile as it can run."""
+    profile = profiles.variants()[variant]
+    monkeypatch.setattr(panel_module, "current_profile", lambda: profile)
+    panel = TrainingPanel("cola", backbone=TINY, steps=profile.steps)
+    lab_run = TrainConfig(method="houlsby", bottleneck=64, init_scale=1e-2, learning_rate=1e-3,
+                          max_steps=profile.steps, batch_size=profile.batch_size,
+                          eval_every=max(profile.steps // 2, 1), seed=profile.seed)
+    assert panel_module._settings_key(panel.settings()) == panel_module._settings_key(lab_run)
