@@ -122,6 +122,16 @@ def output_path(name: str, args) -> Path:
     return RESULTS / f"{name}.json"
 
 
+def publish(name: str, args, payload: dict, report: str) -> int:
+    """Write the JSON record (see :func:`output_path`), print the report and where the record went; 0."""
+    path = output_path(name, args)
+    write_json(path, payload)
+    print()
+    print(report)
+    print(f"\nwrote {path}")
+    return 0
+
+
 def write_json(path: Path, payload: dict) -> None:
     """Write atomically (a reader polling the file never sees half of it)."""
     path.parent.mkdir(parents=True, exist_ok=True)

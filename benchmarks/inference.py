@@ -139,12 +139,7 @@ def main(argv=None) -> int:
         payload["profile"] = profile(variants, batch, repeats=3 if args.quick else 20)
     payload["seconds"] = time.perf_counter() - started
     payload["machine"]["load_average_at_end"] = common.load_average()
-    path = common.output_path("inference", args)
-    common.write_json(path, payload)
-    print()
-    print(report(payload))
-    print(f"\nwrote {path}")
-    return 0
+    return common.publish("inference", args, payload, report(payload))
 
 
 def report(payload: dict) -> str:

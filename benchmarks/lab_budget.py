@@ -160,21 +160,19 @@ def main(argv=None) -> int:
                                    "(so within 5 minutes on a 4-core laptop)",
                          "slowest": max(rows, key=lambda r: r["total_s"])["cell"],
                          "met": all(r["within_budget"] for r in rows)}
-    path = common.output_path("lab_budget", args)
-    common.write_json(path, payload)
-    print()
-    print(common.machine_line(payload["machine"]))
-    print(f"{info.describe()}; student profile sized for {profile.sized_for}: {profile.steps} steps per run, "
-          f"{profile.sweep_steps} per placement-sweep run, batch {profile.batch_size}")
-    print()
-    print(common.table(rows, [("cell", "cell", ""), ("runs", "runs", "d"), ("steps", "steps", "d"),
-                              ("train_s", "training s", ".0f"), ("eval_s", "evaluation s", ".0f"),
-                              ("total_s", "cell s", ".0f")]))
-    verdict = "MET" if payload["target"]["met"] else "MISSED"
-    print(f"\n[{verdict}] {payload['target']['target']}; slowest: {payload['target']['slowest']}")
-    print(f"\nwrote {path}")
-    return 0
+    sizes = (f"student profile sized for {profile.sized_for}: {profile.steps} steps per run, "
+             f"{profile.sweep_steps} per placement-sweep run, batch {profile.batch_size}")
+    return common.publish("lab_budget", args, payload, report(payload, sizes))
 
+
+def report(payload: dict, sizes: str) -> str:
+    table = common.table(payload["cells"], [
+        ("cell", "cell", ""), ("runs", "runs", "d"), ("steps", "steps", "d"), ("train_s", "training s", ".0f"),
+        ("eval_s", "evaluation s", ".0f"), ("total_s", "cell s", ".0f")])
+    target = payload["target"]
+    verdict = "MET" if target["met"] else "MISSED"
+    return "\n".join([common.machine_line(payload["machine"]), f"{payload['backbone']}; {sizes}", "", table, "",
+                      f"[{verdict}] {target['target']}; slowest: {target['slowest']}"])
 
 if __name__ == "__main__":
     sys.exit(main())

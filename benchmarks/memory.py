@@ -112,12 +112,7 @@ def main(argv=None) -> int:
             print(f"  {backbone} {method}: peak {row['peak_rss'] / MIB:.0f} MiB", flush=True)
     payload["seconds"] = time.perf_counter() - started
     payload["machine"]["load_average_at_end"] = common.load_average()
-    path = common.output_path("memory", args)
-    common.write_json(path, payload)
-    print()
-    print(report(payload))
-    print(f"\nwrote {path}")
-    return 0
+    return common.publish("memory", args, payload, report(payload))
 
 
 def report(payload: dict) -> str:

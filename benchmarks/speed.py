@@ -124,12 +124,7 @@ def main(argv=None) -> int:
     speedups = [row["speedup"] for row in payload["rows"]]
     payload["target"] = {"target": f"length-grouped batches >= {TARGET_SPEEDUP}x the examples/s of shuffled batches",
                          "min_speedup": min(speedups), "met": min(speedups) >= TARGET_SPEEDUP}
-    path = common.output_path("speed", args)
-    common.write_json(path, payload)
-    print()
-    print(report(payload))
-    print(f"\nwrote {path}")
-    return 0
+    return common.publish("speed", args, payload, report(payload))
 
 
 def report(payload: dict) -> str:
