@@ -14,11 +14,13 @@ holds 0.
 
     python benchmarks/inference.py           # batch 1 and batch 32 (about 5-10 min on 2 cores)
     python benchmarks/inference.py --profile # add an operator profile of backbone vs houlsby at batch 1
+    python benchmarks/inference.py --rounds 32=120   # more rounds at batch 32 (a narrower interval)
     python benchmarks/inference.py --quick   # smoke run
 """
 
 from __future__ import annotations
 
+import argparse
 import math
 import random
 import sys
@@ -104,14 +106,31 @@ def profile(variants: dict, batch: dict, repeats: int = 20, top: int = 12) -> di
     return tables
 
 
+def rounds_option(text: str) -> tuple[int, int]:
+    """``BATCH=ROUNDS`` (e.g. ``32=120``) as a pair of integers, or an argparse error that shows the form."""
+    batch, _, rounds = text.partition("=")
+    try:
+        pair = int(batch), int(rounds)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected BATCH=ROUNDS such as 32=120; got {text!r}") from None
+    if pair[0] not in PLAN or pair[1] < 1:
+        raise argparse.ArgumentTypeError(f"BATCH must be one of {', '.join(map(str, PLAN))} and ROUNDS >= 1; got {text!r}")
+    return pair
+
+
 def main(argv=None) -> int:
     p = common.parser(__doc__.splitlines()[0], default_threads=THREADS)
     p.add_argument("--profile", action="store_true", help="also profile backbone vs houlsby at batch 1 (torch.profiler)")
+    p.add_argument("--rounds", type=rounds_option, action="append", default=[], metavar="BATCH=ROUNDS",
+                   help="timed rounds at one batch size (repeatable); default " +
+                        ", ".join(f"{batch}={rounds}" for batch, (rounds, _) in PLAN.items()))
     args = p.parse_args(argv)
     data_dir = common.glue_dir(args.data)
     common.set_threads(args)
     backbone = TINY if args.quick else BERT_BASE_RANDOM
-    plan = {1: (6, 3), 32: (4, 2)} if args.quick else PLAN
+    plan = {1: (6, 3), 32: (4, 2)} if args.quick else dict(PLAN)
+    for batch_size, rounds in args.rounds:
+        plan[batch_size] = (rounds, plan[batch_size][1])
 
     model, tokenizer, info = load_backbone(backbone, num_labels=2, fallback=False, seed=0)
     model.eval()
