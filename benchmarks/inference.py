@@ -12,9 +12,9 @@ is the median over rounds of t_variant / t_backbone - 1, both timed in the same 
 of that median comes from order statistics (distribution-free), so "within noise of 0" means the interval
 holds 0.
 
-    python benchmarks/inference.py           # batch 1 and batch 32 (about 5-10 min on 2 cores)
+    python benchmarks/inference.py           # batch 1 and batch 32 (about 20 min on 2 cores)
     python benchmarks/inference.py --profile # add an operator profile of backbone vs houlsby at batch 1
-    python benchmarks/inference.py --rounds 32=120   # more rounds at batch 32 (a narrower interval)
+    python benchmarks/inference.py --rounds 32=40    # fewer or more rounds at batch 32
     python benchmarks/inference.py --quick   # smoke run
 """
 
@@ -37,7 +37,7 @@ BOTTLENECK = 64
 THREADS = 2
 CONTROL = "backbone, A/A"
 #: batch size -> (rounds, distinct inputs)
-PLAN = {1: (300, 100), 32: (40, 20)}
+PLAN = {1: (300, 100), 32: (120, 20)}
 TARGETS = {("houlsby", 1): 8.0, ("houlsby", 32): 5.0}
 
 
