@@ -107,7 +107,7 @@ def best_configurations(runs: list[dict]) -> dict:
     configurations were tried.
 
     Only configurations run with the most seeds of their (task, method) compete: a single lucky seed must
-    not beat a mean over four (the seed spread on CoLA is several MCC points). Only our recipe
+    not beat a mean over several (the seed spread on CoLA is several MCC points). Only our recipe
     (length-grouped batches) counts; shuffled-order runs are controls that reproduce the reference
     library's recipe under the same machine load.
     """
