@@ -111,18 +111,16 @@ def best_configurations(runs: list[dict]) -> dict:
     (length-grouped batches) counts; shuffled-order runs are controls that reproduce the reference
     library's recipe under the same machine load.
     """
-    candidates, tried = {}, {}
+    candidates = {}
     for config in configurations(runs):
-        if config.get("order", "grouped") != "grouped":
-            continue
-        k = (config["task"], config["method"])
-        tried[k] = tried.get(k, 0) + 1
-        candidates.setdefault(k, []).append(config)
+        if config.get("order", "grouped") == "grouped":
+            candidates.setdefault((config["task"], config["method"]), []).append(config)
     best = {}
     for k, configs in candidates.items():
         most_seeds = max(len(config["seeds"]) for config in configs)
-        best[k] = max((c for c in configs if len(c["seeds"]) == most_seeds), key=lambda c: c["metric"])
-    return {k: dict(config, configurations_tried=tried[k]) for k, config in best.items()}
+        winner = max((c for c in configs if len(c["seeds"]) == most_seeds), key=lambda c: c["metric"])
+        best[k] = dict(winner, configurations_tried=len(configs))
+    return best
 
 
 def describe(config: dict) -> str:
@@ -286,11 +284,7 @@ def main(argv=None) -> int:
     payload["targets"] = check_targets(runs)
     if plan:
         payload["machine"]["load_average_at_end"] = common.load_average()
-    common.write_json(path, payload)
-    print()
-    print(report(payload))
-    print(f"\nwrote {path}")
-    return 0
+    return common.publish("accuracy", args, payload, report(payload))
 
 
 if __name__ == "__main__":
