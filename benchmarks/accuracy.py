@@ -22,6 +22,7 @@ and the table lists every configuration that was run.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import sys
 import time
@@ -86,14 +87,15 @@ def one_run(task: str, method: str, lr: float, bottleneck: int, epochs: float, m
 
 
 def configurations(runs: list[dict]) -> list[dict]:
-    """Runs that differ only in their seed, merged: mean metric, accuracy and times over the seeds, and the
-    standard deviation of the metric between seeds (None for a single seed)."""
+    """Runs that differ only in their seed, merged: mean metric, accuracy and times over the seeds, the
+    standard deviation of the metric between seeds (None for a single seed) and the metric of each seed."""
     groups = {}
     for run in runs:
         groups.setdefault(key(run)[:-1], []).append(run)
     merged = []
     for group in groups.values():
-        config = dict(group[0], seeds=[run.get("seed", 0) for run in group])
+        config = dict(group[0], seeds=[run.get("seed", 0) for run in group],
+                      seed_metrics={run.get("seed", 0): run["metric"] for run in group})
         for field in ("metric", "accuracy", "train_seconds", "cpu_seconds_whole_run"):
             values = [run[field] for run in group if run.get(field) is not None]
             config[field] = statistics.fmean(values) if values else None
@@ -135,6 +137,18 @@ def describe(config: dict) -> str:
     return f"{config['method']} ({', '.join(parts)}; best of {config['configurations_tried']})"
 
 
+def paired_gap(ours: dict, theirs: dict) -> str:
+    """The metric gap in points, and its standard error over the seeds both configurations ran (each seed pairs
+    the same data order and head init), which says how far the gap itself can be trusted."""
+    gap = 100.0 * (ours["metric"] - theirs["metric"])
+    shared = sorted(set(ours["seed_metrics"]) & set(theirs["seed_metrics"]))
+    if len(shared) < 2:
+        return f"{gap:+.2f}"
+    differences = [100.0 * (ours["seed_metrics"][s] - theirs["seed_metrics"][s]) for s in shared]
+    error = statistics.stdev(differences) / math.sqrt(len(shared))
+    return f"{gap:+.2f}, standard error {error:.2f} over {len(shared)} paired seeds"
+
+
 def check_targets(runs: list[dict]) -> list[dict]:
     """Each target: what it asks, what was measured, and whether it is met (None: not measured)."""
     best = best_configurations(runs)
@@ -150,7 +164,7 @@ def check_targets(runs: list[dict]) -> list[dict]:
         targets.append({"target": f"{task}: houlsby within {allowed:g} {unit} of full fine-tuning",
                         "measured": None if met is None else
                         f"{describe(best[task, 'houlsby'])} {h:.1f} vs {describe(best[task, 'full'])} {f:.1f} "
-                        f"({h - f:+.1f})",
+                        f"({paired_gap(best[task, 'houlsby'], best[task, 'full'])})",
                         "met": met})
         met = None if None in (h, f, head) else head <= min(h, f) - CLEAR_MARGIN_POINTS
         targets.append({"target": f"{task}: head-only clearly below houlsby and full (>= {CLEAR_MARGIN_POINTS:g} points)",
@@ -187,7 +201,7 @@ def check_targets(runs: list[dict]) -> list[dict]:
 
 
 COLUMNS = [
-    ("task", "task", ""), ("method", "method", ""), ("bottleneck", "r", "d"), ("learning_rate", "lr", ".0e"),
+    ("task", "task", ""), ("method", "method", ""), ("bottleneck", "r", "d"), ("learning_rate", "lr", ".1e"),
     ("epochs", "epochs", ".0f"), ("batch_size", "batch", "d"), ("seed", "seed", "d"), ("order", "order", ""),
     ("ln", "LN", ""),
     ("steps", "steps", "d"), ("metric_name", "metric", ""), ("points", "dev", ".1f"),
