@@ -166,6 +166,40 @@ def test_reset_parameters_redraws():
     assert adapter.down.weight.abs().max() <= 2 * PAPER_INIT_SCALE
 
 
+@pytest.mark.parametrize("init", ["houlsby", "zero_up", "bert"])
+def test_a_seed_draws_the_weights_of_a_row_major_draw(init):
+    """The weights live column-major (the fast layout for the CPU GEMM), but a seed must still give the
+    values that torch.nn.init writes into plain row-major tensors, drawn down first, then up."""
+    adapter = BottleneckAdapter(24, 5, init=init)
+    torch.manual_seed(7)
+    adapter.reset_parameters()
+    torch.manual_seed(7)
+    down, up = torch.empty(5, 24), torch.empty(24, 5)
+    if init == "houlsby":
+        for weight in (down, up):
+            torch.nn.init.trunc_normal_(weight, std=PAPER_INIT_SCALE, a=-2 * PAPER_INIT_SCALE, b=2 * PAPER_INIT_SCALE)
+    elif init == "zero_up":
+        torch.nn.init.kaiming_uniform_(down, a=math.sqrt(5))
+        torch.nn.init.zeros_(up)
+    else:
+        for weight in (down, up):
+            torch.nn.init.normal_(weight, std=BERT_INIT_STD)
+    assert torch.equal(adapter.down.weight, down) and torch.equal(adapter.up.weight, up)
+
+
+def test_weights_are_stored_so_that_their_transpose_is_contiguous():
+    """F.linear multiplies by weight.T: contiguous, it takes the CPU GEMM's fast path (benchmarks/inference.py)."""
+    adapter = BottleneckAdapter(32, 4)
+    for linear in (adapter.down, adapter.up):
+        assert linear.weight.t().is_contiguous() and not linear.weight.is_contiguous()
+        assert isinstance(linear.weight, torch.nn.Parameter) and linear.weight.requires_grad
+    x = torch.randn(3, 32, dtype=torch.float64)
+    adapter64 = BottleneckAdapter(32, 4, init="bert").double()
+    expected = x + (torch.nn.functional.gelu(x @ adapter64.down.weight.T.contiguous() + adapter64.down.bias)
+                    @ adapter64.up.weight.T.contiguous() + adapter64.up.bias)
+    torch.testing.assert_close(adapter64(x), expected, rtol=1e-12, atol=1e-12)
+
+
 # ---------------------------------------------------------------------------------------------------
 # bad input
 # ---------------------------------------------------------------------------------------------------
