@@ -82,8 +82,9 @@ def store_transposed(linear: nn.Linear) -> None:
 
     ``F.linear(x, W)`` multiplies by ``W.T``. With this layout ``W.T`` is contiguous, and the CPU matrix
     multiply runs the thin products of a bottleneck much faster that way: on BERT-base (d = 768, r = 64,
-    25 tokens, 2 threads) the up-projection takes 21 µs instead of 48 µs. The results are bit-for-bit the
-    same; only serving and training get faster. Checkpoints store weights contiguous, as always.
+    25 tokens, 2 threads) the up-projection takes 21 µs instead of 48 µs, which takes about a point off the
+    adapters' inference overhead. The backward pass multiplies by ``W`` itself and pays a little (about 0.4 %
+    of a BERT-base training step). Values and results are unchanged; checkpoints store weights contiguous.
     """
     linear.weight = nn.Parameter(linear.weight.detach().t().contiguous().t(), requires_grad=linear.weight.requires_grad)
 
