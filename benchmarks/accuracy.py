@@ -94,12 +94,12 @@ def configurations(runs: list[dict]) -> list[dict]:
         groups.setdefault(key(run)[:-1], []).append(run)
     merged = []
     for group in groups.values():
-        config = dict(group[0], seeds=[run.get("seed", 0) for run in group],
-                      seed_metrics={run.get("seed", 0): run["metric"] for run in group})
+        seed_metrics = {run.get("seed", 0): run["metric"] for run in group}
+        config = dict(group[0], seeds=list(seed_metrics), seed_metrics=seed_metrics)
         for field in ("metric", "accuracy", "train_seconds", "cpu_seconds_whole_run"):
             values = [run[field] for run in group if run.get(field) is not None]
             config[field] = statistics.fmean(values) if values else None
-        config["metric_sd"] = statistics.stdev(run["metric"] for run in group) if len(group) > 1 else None
+        config["metric_sd"] = statistics.stdev(seed_metrics.values()) if len(seed_metrics) > 1 else None
         merged.append(config)
     return merged
 
