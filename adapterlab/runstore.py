@@ -1,0 +1,244 @@
+"""A store of finished training runs, so that a lab shows a result at once and any point can be re-trained.
+
+A run is decided by its *key*: the task, the backbone that really trains (the stand-in when
+bert-base-uncased cannot be had), a fingerprint of the exact train and dev rows, the numeric precision,
+and every training setting that changes the numbers (the seed among them; the progress bar and the
+device do not). Two runs with the same key give the same numbers up to the machine's arithmetic, so a
+stored run stands in for training again; runs that differ in any part of the key never stand in for
+each other.
+
+The store is a folder of JSON files, one per run, named by a hash of the key. Every write goes to a
+temporary file first and is renamed into place, so several processes (the shards of a sweep, on one
+machine or on a shared disk) can write to one store at once without locks and without a torn file,
+and the union of their files is the merged result. Besides the key a record holds the metrics, the
+history, the trained parameter count, wall time and the machine it ran on.
+
+Where runs are kept: ``$ADAPTERLAB_RUNS`` or ``runs/store`` in the project (the student's own runs),
+and ``data/reference_runs`` (reference runs made with ``adapterlab sweep`` and shipped with the labs).
+Labs 6–10 read both, the student's own first.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import math
+import os
+import platform
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .backbones import expected_backbone
+from .data import Split, get_task, load_split
+
+STORE_ENV = "ADAPTERLAB_RUNS"
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_STORE = PROJECT_ROOT / "runs" / "store"
+REFERENCE_STORE = PROJECT_ROOT / "data" / "reference_runs"
+#: The training loop computes in float32; a run in another precision gets another key.
+PRECISION = "fp32"
+#: Settings that do not change a run's numbers: how it is shown and where it runs. ``learning_rate`` is
+#: replaced by ``peak_learning_rate`` (None means the method's default rate).
+_NOT_IN_KEY = ("progress", "device", "learning_rate")
+
+
+def data_fingerprint(*splits: Split) -> str:
+    """A short hash of the exact rows (texts and labels, in order) of the given splits."""
+    digest = hashlib.sha256()
+    for split in splits:
+        digest.update(json.dumps([split.task.name, split.split, split.texts, split.labels]).encode())
+    return digest.hexdigest()[:16]
+
+
+def run_key(task: str, config, backbone: str, train_split: Split, eval_split: Split,
+            precision: str = PRECISION) -> dict:
+    """What decides a run's numbers, as plain JSON values (see the module docstring)."""
+    settings = config.as_dict()
+    for name in _NOT_IN_KEY:
+        settings.pop(name)
+    return {
+        "task": get_task(task).name,
+        "backbone": backbone,
+        "data": data_fingerprint(train_split, eval_split),
+        "train_rows": len(train_split),
+        "eval_rows": len(eval_split),
+        "toy_data": train_split.is_toy or eval_split.is_toy,
+        "precision": precision,
+        "settings": settings,
+    }
+
+
+def run_id(key: dict) -> str:
+    """The file name of a run: a hash of its key, the same on every machine."""
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def machine() -> dict:
+    """Where a run was measured: enough to tell two machines' timings apart."""
+    return {"platform": platform.platform(terse=True), "machine": platform.machine(),
+            "processor": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(), "torch": torch.__version__}
+
+
+def make_record(key: dict, result) -> dict:
+    """A stored run: its key and what it measured (a :class:`adapterlab.training.TrainResult`)."""
+    history = result.history
+    info = result.backbone_info
+    return {
+        "id": run_id(key),
+        "key": key,
+        "metric": history.metric,
+        "best_metric": result.best_metric,
+        "best_step": result.best_step,
+        "metrics": dict(result.metrics),
+        "trained_parameters": result.trainable["total_trainable"],
+        "percent_of_backbone": result.trainable["percent_of_backbone"],
+        "train_seconds": result.train_seconds,
+        "wall_time": history.wall_time,
+        "examples_per_second": history.examples_per_second,
+        "evals": [dict(entry) for entry in history.evals],
+        "loss": list(history.loss),
+        "backbone_info": info.describe() if info is not None else None,
+        "machine": machine(),
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+class RunStore:
+    """A folder of stored runs (see the module docstring). ``read_only`` stores refuse :meth:`put`."""
+
+    def __init__(self, folder: str | os.PathLike, read_only: bool = False):
+        self.folder = Path(folder).expanduser()
+        self.read_only = read_only
+        if self.folder.exists() and not self.folder.is_dir():
+            raise ValueError(f"run store {self.folder} exists and is not a folder: name a folder for the runs")
+
+    def __repr__(self) -> str:
+        return f"RunStore({str(self.folder)!r})"
+
+    def path(self, key: dict) -> Path:
+        return self.folder / f"{run_id(key)}.json"
+
+    def get(self, key: dict) -> dict | None:
+        """The stored run with exactly this key, or None."""
+        path = self.path(key)
+        if not path.is_file():
+            return None
+        record = _read(path)
+        return record if record is not None and record.get("key") == key else None
+
+    def put(self, record: dict) -> Path:
+        """Store a run atomically (temporary file, then rename); return its path."""
+        if self.read_only:
+            raise PermissionError(f"{self.folder} is a read-only run store (reference runs); store runs elsewhere")
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.path(record["key"])
+        descriptor, temporary = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=self.folder)
+        try:
+            with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+                json.dump(_finite(record), file, indent=1, sort_keys=True)
+                file.write("\n")
+            os.replace(temporary, path)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
+        return path
+
+    def records(self) -> list[dict]:
+        """Every stored run, in file-name order (unreadable files are skipped)."""
+        if not self.folder.is_dir():
+            return []
+        found = (_read(path) for path in sorted(self.folder.glob("*.json")))
+        return [record for record in found if record is not None]
+
+    def __len__(self) -> int:
+        return len(self.records())
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and "key" in record else None
+
+
+def _finite(value):
+    """JSON has no NaN: store a non-finite float as None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def default_stores() -> list[RunStore]:
+    """Where the labs look a run up: the student's own store, then the shipped reference runs."""
+    own = RunStore(os.environ.get(STORE_ENV) or DEFAULT_STORE)
+    return [own, RunStore(REFERENCE_STORE, read_only=True)]
+
+
+@dataclass
+class Lookup:
+    """A run found in a store or trained now: ``record`` as stored, ``stored`` says which, and where."""
+
+    record: dict
+    stored: bool
+    store: RunStore
+
+
+def run_or_load(task: str, config, *, backbone: str = "bert-base-uncased", data_dir=None,
+                max_train: int | None = None, max_eval: int | None = None, fallback: bool = True,
+                stores: list[RunStore] | None = None, retrain: bool = False, callback=None) -> Lookup:
+    """A stored run with these settings, or train it now and store it (in the first writable store).
+
+    ``retrain=True`` trains again even when the run is stored (and replaces the stored record). The
+    key is found without loading the backbone: only the data is read, so a stored run answers at once.
+    Runs stopped early are not stored: they would stand in for a full run.
+    """
+    from .training import run_experiment
+
+    stores = default_stores() if stores is None else list(stores)
+    writable = next((store for store in stores if not store.read_only), None)
+    if writable is None:
+        raise ValueError("no writable run store: give one that is not read-only")
+    key = run_key(task, config, expected_backbone(backbone, fallback),
+                  load_split(task, "train", data_dir, max_examples=max_train, seed=config.seed),
+                  load_split(task, "dev", data_dir, max_examples=max_eval, seed=config.seed))
+    if not retrain:
+        for store in stores:
+            record = store.get(key)
+            if record is not None:
+                return Lookup(record, True, store)
+    result = run_experiment(task, config, backbone=backbone, data_dir=data_dir, max_train=max_train,
+                            max_eval=max_eval, callback=callback, fallback=fallback)
+    record = make_record(key, result)
+    if not result.interrupted:
+        writable.put(record)
+    return Lookup(record, False, writable)
+
+
+def summarize(records: list[dict], by: tuple[str, ...]) -> list[dict]:
+    """Group runs by settings named in ``by`` (keys of ``record["key"]["settings"]``, or "task", "backbone")
+    and give each group's seeds, mean, sample standard deviation and values of the best metric."""
+    groups: dict[tuple, list[dict]] = {}
+    for record in records:
+        key = record["key"]
+        fields = tuple(key["settings"].get(name, key.get(name)) for name in by)
+        groups.setdefault(fields, []).append(record)
+    rows = []
+    for fields, members in groups.items():
+        members.sort(key=lambda r: r["key"]["settings"]["seed"])
+        values = [m["best_metric"] for m in members if m["best_metric"] is not None]
+        mean = sum(values) / len(values) if values else float("nan")
+        spread = (math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+                  if len(values) > 1 else float("nan"))
+        rows.append({**dict(zip(by, fields)), "seeds": [m["key"]["settings"]["seed"] for m in members],
+                     "values": values, "mean": mean, "std": spread, "n": len(values)})
+    return rows

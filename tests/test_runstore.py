@@ -1,0 +1,208 @@
+"""The run store and sweeps: a stored run answers without training, keys keep different runs apart,
+shards written by two processes merge into one store, and an interrupted sweep resumes."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from adapterlab import runstore, sweep
+from adapterlab.backbones import TINY
+from adapterlab.data import load_split
+from adapterlab.runstore import RunStore, run_key, run_or_load, summarize
+from adapterlab.training import TrainConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def toy_data_only(monkeypatch):
+    monkeypatch.delenv("ADAPTERLAB_DATA", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def config(**overrides):
+    return TrainConfig(**{"bottleneck": 4, "batch_size": 16, "max_steps": 2, "progress": False, **overrides})
+
+
+def lookup(store, cfg, **kwargs):
+    return run_or_load("sst2", cfg, backbone=TINY, max_train=48, max_eval=32, stores=[store], **kwargs)
+
+
+def no_training(*args, **kwargs):
+    raise AssertionError("a stored run was trained again")
+
+
+def test_a_stored_run_answers_without_loading_a_model(tmp_path, monkeypatch):
+    store = RunStore(tmp_path / "runs")
+    first = lookup(store, config())
+    assert not first.stored and len(store) == 1
+    monkeypatch.setattr("adapterlab.training.run_experiment", no_training)
+    monkeypatch.setattr("adapterlab.backbones.load_backbone", no_training)
+    again = lookup(store, config(progress=True))  # the progress bar is not part of a run's key
+    assert again.stored and again.record == json.loads(store.path(first.record["key"]).read_text())
+    assert again.record["best_metric"] == pytest.approx(first.record["best_metric"])
+
+
+def test_retrain_trains_again_and_replaces_the_record(tmp_path):
+    store = RunStore(tmp_path)
+    first = lookup(store, config())
+    second = lookup(store, config(), retrain=True)
+    assert not second.stored and len(store) == 1
+    assert second.record["created"] >= first.record["created"]
+
+
+@pytest.mark.parametrize("change", [dict(seed=1), dict(bottleneck=8), dict(learning_rate=3e-4), dict(max_steps=3)])
+def test_a_different_setting_is_a_different_run(tmp_path, change):
+    store = RunStore(tmp_path)
+    lookup(store, config())
+    other = lookup(store, config(**change))
+    assert not other.stored and len(store) == 2
+
+
+def test_the_key_holds_data_backbone_and_precision():
+    train, dev = load_split("sst2", "train", max_examples=48), load_split("sst2", "dev", max_examples=32)
+    key = run_key("sst2", config(), TINY, train, dev)
+    fewer = run_key("sst2", config(), TINY, load_split("sst2", "train", max_examples=40), dev)
+    assert key["toy_data"] is True and key["train_rows"] == 48 and key["precision"] == runstore.PRECISION
+    assert fewer["data"] != key["data"]
+    assert runstore.run_id(run_key("sst2", config(), "all-MiniLM-L6-v2", train, dev)) != runstore.run_id(key)
+    assert runstore.run_id(run_key("sst2", config(), TINY, train, dev, precision="bf16")) != runstore.run_id(key)
+    assert key["settings"]["peak_learning_rate"] == config().peak_learning_rate
+
+
+def test_the_default_learning_rate_and_the_same_rate_given_are_one_run(tmp_path):
+    store = RunStore(tmp_path)
+    lookup(store, config())
+    assert lookup(store, config(learning_rate=config().peak_learning_rate)).stored
+
+
+def test_a_reference_store_is_read_but_never_written(tmp_path):
+    reference = RunStore(tmp_path / "reference")
+    made = lookup(reference, config())
+    read_only = RunStore(tmp_path / "reference", read_only=True)
+    own = RunStore(tmp_path / "own")
+    found = run_or_load("sst2", config(), backbone=TINY, max_train=48, max_eval=32, stores=[own, read_only])
+    assert found.stored and found.store is read_only and found.record == made.record
+    with pytest.raises(PermissionError, match="read-only"):
+        read_only.put(made.record)
+    with pytest.raises(ValueError, match="no writable run store"):
+        run_or_load("sst2", config(seed=5), backbone=TINY, stores=[read_only])
+
+
+def test_a_failed_write_leaves_no_file(tmp_path, monkeypatch):
+    store = RunStore(tmp_path)
+    record = lookup(store, config()).record
+    store.path(record["key"]).unlink()
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(runstore.os, "replace", broken)
+    with pytest.raises(OSError, match="disk full"):
+        store.put(record)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_summarize_gives_mean_and_sample_spread_per_group():
+    def record(bottleneck, seed, value):
+        return {"key": {"task": "sst2", "settings": {"bottleneck": bottleneck, "seed": seed}}, "best_metric": value}
+
+    values = {2: [0.81, 0.84, 0.79], 8: [0.9, 0.86, 0.88]}
+    records = [record(r, seed, v) for r, vs in values.items() for seed, v in reversed(list(enumerate(vs)))]
+    rows = {row["bottleneck"]: row for row in summarize(records, by=("bottleneck",))}
+    for r, vs in values.items():
+        assert rows[r]["seeds"] == [0, 1, 2] and rows[r]["values"] == vs
+        assert rows[r]["mean"] == pytest.approx(statistics.mean(vs))
+        assert rows[r]["std"] == pytest.approx(statistics.stdev(vs))
+
+
+# ------------------------------------------------------------------------------------------ sweeps
+
+
+def test_grid_and_shard_parsing():
+    grid = sweep.parse_grid(["bottleneck=2,8", "init-scale=1e-3,1e-2", "train_layernorm=false",
+                             "learning_rate=none,3e-4"], TrainConfig)
+    assert grid == {"bottleneck": [2, 8], "init_scale": [1e-3, 1e-2], "train_layernorm": [False],
+                    "learning_rate": [None, 3e-4]}
+    assert sweep.parse_shard("2/3") == (2, 3)
+    for bad, message in (("seed=1,2", "--seeds"), ("rank=4", "no training setting"), ("bottleneck=", "no values"),
+                         ("train_layernorm=yes", "true or false")):
+        with pytest.raises(ValueError, match=message):
+            sweep.parse_grid([bad], TrainConfig)
+    for bad in ("0/2", "3/2", "1-2", "a/b"):
+        with pytest.raises(ValueError, match="--shard"):
+            sweep.parse_shard(bad)
+
+
+def test_expand_orders_settings_then_seeds_and_validates():
+    configs = sweep.expand(config(), {"bottleneck": [2, 8], "init_scale": [1e-3, 1e-2]}, seeds=[0, 1])
+    assert [(c.bottleneck, c.init_scale, c.seed) for c in configs] == [
+        (b, s, seed) for b in (2, 8) for s in (1e-3, 1e-2) for seed in (0, 1)]
+    with pytest.raises(ValueError, match="bottleneck"):
+        sweep.expand(config(), {"bottleneck": [0]}, seeds=[0])
+
+
+SHARD_SCRIPT = textwrap.dedent("""
+    import sys
+    from adapterlab import sweep
+    from adapterlab.runstore import RunStore
+    from adapterlab.training import TrainConfig
+    base = TrainConfig(bottleneck=4, batch_size=16, max_steps=2, progress=False)
+    configs = sweep.expand(base, {"bottleneck": [2, 4], "init_scale": [1e-3, 1e-2]}, seeds=[0, 1])
+    index, count = sweep.parse_shard(sys.argv[2])
+    done = sweep.run_sweep("sst2", configs, stores=[RunStore(sys.argv[1])], shard=(index, count),
+                           backbone="tiny-random", max_train=48, max_eval=32, progress=False)
+    print(len(done))
+""")
+
+
+def test_two_processes_share_a_sweep_through_one_store(tmp_path, monkeypatch):
+    store_dir = tmp_path / "store"
+    env = {k: v for k, v in os.environ.items() if k != "ADAPTERLAB_DATA"}
+    env.update(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    shards = [subprocess.Popen([sys.executable, "-c", SHARD_SCRIPT, str(store_dir), f"{i}/2"], cwd=ROOT, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in (1, 2)]
+    outputs = [shard.communicate(timeout=600) for shard in shards]
+    assert [shard.returncode for shard in shards] == [0, 0], [err[-2000:] for _, err in outputs]
+    assert [int(out.split()[-1]) for out, _ in outputs] == [4, 4]
+    store = RunStore(store_dir)
+    configs = sweep.expand(config(), {"bottleneck": [2, 4], "init_scale": [1e-3, 1e-2]}, seeds=[0, 1])
+    stored = {(r["key"]["settings"]["bottleneck"], r["key"]["settings"]["init_scale"], r["key"]["settings"]["seed"])
+              for r in store.records()}
+    assert stored == {(c.bottleneck, c.init_scale, c.seed) for c in configs}
+    assert not list(store_dir.glob("*.tmp")) and not list(store_dir.glob(".*"))
+    # The merged store answers the whole grid: nothing is trained again.
+    monkeypatch.setattr("adapterlab.training.run_experiment", no_training)
+    again = sweep.run_sweep("sst2", configs, stores=[store], backbone=TINY, max_train=48, max_eval=32, progress=False)
+    assert all(item.stored for item in again) and len(again) == 8
+
+
+def test_an_interrupted_sweep_resumes_where_it_stopped(tmp_path, monkeypatch):
+    import adapterlab.training as training
+
+    store = RunStore(tmp_path)
+    configs = sweep.expand(config(), {"bottleneck": [2, 4, 8]}, seeds=[0])
+    real, calls = training.run_experiment, []
+
+    def interrupted_at_the_third(*args, **kwargs):
+        calls.append(kwargs)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(training, "run_experiment", interrupted_at_the_third)
+    with pytest.raises(KeyboardInterrupt):
+        sweep.run_sweep("sst2", configs, stores=[store], backbone=TINY, max_train=48, max_eval=32, progress=False)
+    assert len(store) == 2
+    calls.clear()
+    monkeypatch.setattr(training, "run_experiment", lambda *a, **k: calls.append(k) or real(*a, **k))
+    done = sweep.run_sweep("sst2", configs, stores=[store], backbone=TINY, max_train=48, max_eval=32, progress=False)
+    assert [item.stored for item in done] == [True, True, False] and len(calls) == 1 and len(store) == 3
