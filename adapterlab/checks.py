@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import copy
 import numbers
+import re
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .adapter import BottleneckAdapter
-from .placement import add_adapters, trainable_summary
-from .probes import step_zero_gradients
+from .counting import meta_model
+from .placement import add_adapters
 
 #: Largest start deviation ‖A(h) − h‖/‖h‖ accepted as "near the identity".
 NEAR_IDENTITY = 0.05
@@ -89,6 +90,38 @@ def _check_linear(adapter, attribute: str, in_features: int, out_features: int, 
         )
 
 
+def _check_parameter_shapes(adapter: nn.Module, d: int, r: int) -> None:
+    """Exactly W_down (r, d), b_down (r,), W_up (d, r) and b_up (d,); otherwise say which part is off."""
+    expected = 2 * r * d + r + d
+    shapes = {name: tuple(p.shape) for name, p in adapter.named_parameters()}
+    count = sum(p.numel() for p in adapter.parameters())
+    biases = {name: shape for name, shape in shapes.items() if len(shape) < 2}
+    if sorted(shapes.values()) == sorted([(r, d), (r,), (d, r), (d,)]):
+        return
+    if count == 2 * r * d and not biases:
+        raise CheckFailed(
+            f"Your adapter has {count} parameters, 2rd without biases; the paper's adapter has biases in both "
+            f"projections: 2rd + r + d = {expected}. Use nn.Linear's default bias=True."
+        )
+    wrong = {name: shape for name, shape in biases.items() if shape not in ((r,), (d,))}
+    if wrong:
+        listed = ", ".join(f"{name} {shape}" for name, shape in wrong.items())
+        raise CheckFailed(
+            f"Your bias shapes are wrong: {listed}. Every unit needs its own bias: b_down has shape ({r},), one "
+            f"per bottleneck unit, and b_up ({d},), one per output feature (nn.Linear makes them for you)."
+        )
+    have = sorted(biases.values())
+    if have == [(d,)]:
+        raise CheckFailed(f"Your adapter has b_up but no b_down: the down-projection needs its bias of shape ({r},) too.")
+    if have == [(r,)]:
+        raise CheckFailed(f"Your adapter has b_down but no b_up: the up-projection needs its bias of shape ({d},) too.")
+    listed = ", ".join(f"{name} {shape}" for name, shape in shapes.items())
+    raise CheckFailed(
+        f"Your adapter has {count} parameters ({listed}); a bottleneck adapter has exactly W_down ({r}, {d}), "
+        f"b_down ({r},), W_up ({d}, {r}) and b_up ({d},): 2rd + r + d = {expected}."
+    )
+
+
 def _diagnose_forward(out: torch.Tensor, h: torch.Tensor, adapter: nn.Module) -> str | None:
     """None when out = h + up(f(down(h))) for a known f; otherwise what the code computes instead."""
     down, up = adapter.down, adapter.up
@@ -97,29 +130,69 @@ def _diagnose_forward(out: torch.Tensor, h: torch.Tensor, adapter: nn.Module) ->
         if _close(out, h + up(f(z))):
             return None
     if any(_close(out, up(f(z))) for f in _NONLINEARITIES.values()):
-        return "Your adapter returns up(f(down(h))) without adding h back: the residual is missing. Return h + up(f(down(h)))."
+        return "Your adapter returns up(f(down(h))) without adding h back: the residual is missing."
     if _close(out, h + up(z)):
         return (
             "Your adapter has no nonlinearity: it computes h + up(down(h)), which is linear in h (lab 3 shows it "
-            "is then just a LoRA update). Apply f, e.g. GELU, between the down- and the up-projection."
+            "is then just a LoRA update). Put f between the down- and the up-projection."
         )
     if any(_close(out, h + f(up(z))) for f in _NONLINEARITIES.values()):
-        return "You applied the nonlinearity after the up-projection; it belongs between them: h + up(f(down(h)))."
+        return "You applied the nonlinearity after the up-projection; it belongs between the two projections."
+    if any(_close(out, h + up(down(f(h)))) for f in _NONLINEARITIES.values()):
+        return "You applied the nonlinearity before the down-projection; it belongs between the two projections."
     if any(_close(out, f(h + up(f(z)))) or _close(out, f(h + up(z))) for f in _NONLINEARITIES.values()):
-        return "You applied the nonlinearity to the sum; the residual must carry h through untouched: h + up(f(down(h)))."
+        return "You applied the nonlinearity to the sum; the residual must carry h through untouched."
     if _close(out, h):
-        return "Your adapter returns h unchanged: add the correction up(f(down(h))) to it."
+        return "Your adapter returns h unchanged: it must add its correction, computed from h, to h."
     return (
         "Your adapter's output is not h + up(f(down(h))) for f = GELU, ReLU, SiLU or tanh "
         f"(largest difference {(out - h - up(F.gelu(z))).abs().max().item():.2g} from the GELU version)."
     )
 
 
-def check_adapter_class(adapter_class, d_model: int = 16, bottleneck: int = 4) -> None:
-    """Check a student's adapter class ``adapter_class(d_model, bottleneck)`` with ``.down`` and ``.up``.
+def _dead_init(adapter: nn.Module, h: torch.Tensor) -> str | None:
+    """Why a freshly built adapter cannot learn beyond b_up, or None when it can.
 
-    It must have 2rd + r + d parameters, compute h + up(f(down(h))) on inputs of any leading shape,
-    and start near the identity (‖A(h) − h‖/‖h‖ < 5 %).
+    The test is the gradient itself (float64, a random loss L = Σ⟨A(h), δ⟩): if W_down, b_down and
+    W_up all get exactly zero, a step moves b_up alone and the next gradient is zero again, for ever.
+    Zero-up init (W_up = 0, W_down random) is alive: W_up's gradient is δᵀf(z) ≠ 0.
+    """
+    probe = copy.deepcopy(adapter).double()
+    h = h.double()
+    delta = torch.randn(h.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    others = [probe.down.weight, probe.down.bias, probe.up.weight]
+    with torch.enable_grad():
+        gradients = torch.autograd.grad((probe(h) * delta).sum(), others, allow_unused=True)
+    if any(g is not None and torch.count_nonzero(g) for g in gradients):
+        return None
+    if not torch.count_nonzero(probe.up.weight):
+        why = (
+            "both matrices start at zero. W_up's gradient needs f(W_down h + b_down) ≠ 0 and W_down's needs "
+            "W_up ≠ 0, so neither can ever start"
+        )
+    else:
+        why = (
+            "W_down starts at zero, so every bottleneck unit sits at z = 0, where your f gives 0 and passes no "
+            "gradient"
+        )
+    return (
+        f"Your adapter cannot learn: {why}. At step zero only b_up gets a gradient, and b_up alone can only "
+        "add a constant. Start one of the matrices random (near the identity does not need both small)."
+    )
+
+
+def _identical_units(adapter: nn.Module) -> bool:
+    """True when all r bottleneck units start with the same weights: they then stay the same for ever."""
+    units = torch.cat([adapter.down.weight, adapter.down.bias[:, None], adapter.up.weight.T], dim=1)
+    return units.shape[0] > 1 and bool((units == units[0]).all())
+
+
+def check_adapter_class(adapter_class, d_model: int = 16, bottleneck: int = 4) -> None:
+    """Check a student's adapter class ``adapter_class(d_model, bottleneck)`` with ``.down`` and ``.up`` (lab 1).
+
+    It must have exactly W_down, b_down, W_up and b_up, compute h + up(f(down(h))) at random
+    (non-special) weights on inputs of any leading shape, start near the identity
+    (‖A(h) − h‖/‖h‖ < 5 %) and be able to learn: a gradient must reach more than b_up.
     """
     name = _name(adapter_class)
     with torch.random.fork_rng():
@@ -127,18 +200,7 @@ def check_adapter_class(adapter_class, d_model: int = 16, bottleneck: int = 4) -
         adapter = _call(f"{name}({d_model}, {bottleneck})", adapter_class, d_model, bottleneck)
         _check_linear(adapter, "down", d_model, bottleneck, "down-projection (d_model → bottleneck)")
         _check_linear(adapter, "up", bottleneck, d_model, "up-projection (bottleneck → d_model)")
-        count = sum(p.numel() for p in adapter.parameters())
-        expected = 2 * bottleneck * d_model + bottleneck + d_model
-        if count == 2 * bottleneck * d_model:
-            raise CheckFailed(
-                f"Your adapter has {count} parameters, 2rd without biases; the paper's adapter has biases in both "
-                f"projections: 2rd + r + d = {expected}. Use nn.Linear's default bias=True."
-            )
-        if count != expected:
-            raise CheckFailed(
-                f"Your adapter has {count} parameters; a bottleneck adapter has 2rd + r + d = {expected} "
-                f"for d = {d_model}, r = {bottleneck} (just down and up with their biases)."
-            )
+        _check_parameter_shapes(adapter, d_model, bottleneck)
         h = torch.randn(2, 3, d_model)
         fresh = _call(f"{name}.forward", adapter, h)
         if not isinstance(fresh, torch.Tensor) or fresh.shape != h.shape:
@@ -150,31 +212,188 @@ def check_adapter_class(adapter_class, d_model: int = 16, bottleneck: int = 4) -
         probe = copy.deepcopy(adapter)
         with torch.no_grad():
             for parameter in probe.parameters():
-                parameter.normal_(0.0, 0.5)  # large weights, so that a missing f or residual shows
+                parameter.normal_(0.0, 0.5)  # large random weights and biases, so that a missing f or residual shows
             out = _call(f"{name}.forward", probe, h)
             problem = _diagnose_forward(out, h, probe)
         if problem:
             raise CheckFailed(problem)
+        problem = _dead_init(adapter, h)
+        if problem:
+            raise CheckFailed(problem)
+        if _identical_units(adapter):
+            raise CheckFailed(
+                f"All {bottleneck} bottleneck units of your fresh adapter start with identical weights, so they get "
+                "identical gradients and stay identical: the bottleneck acts as if r were 1. Draw random weights."
+            )
         deviation = (torch.linalg.norm(fresh - h) / torch.linalg.norm(h)).item()
         if deviation >= NEAR_IDENTITY:
             raise CheckFailed(
                 f"A freshly built adapter changes h by {100 * deviation:.0f} % (‖A(h) − h‖/‖h‖ = {deviation:.2f}); "
-                f"it should start near the identity (below {100 * NEAR_IDENTITY:.0f} %). Initialise the "
-                "projections with small weights, e.g. nn.init.trunc_normal_(w, std=1e-2, a=-2e-2, b=2e-2), "
-                "or set the up-projection to zero."
+                f"it should start near the identity (below {100 * NEAR_IDENTITY:.0f} %). nn.Linear's default "
+                "weights are far too large: make the correction tiny at the start (lab 2 measures how tiny)."
             )
     _passed(
-        f"{name} is right: h + up(f(down(h))) with 2rd + r + d = {expected} parameters for d = {d_model}, "
-        f"r = {bottleneck}, and it starts near the identity (deviation below {100 * NEAR_IDENTITY:.0f} %)."
+        f"{name} is right: h + up(f(down(h))) at random weights, 2rd + r + d = {2 * bottleneck * d_model + bottleneck + d_model} "
+        f"parameters for d = {d_model}, r = {bottleneck}; it starts near the identity (below "
+        f"{100 * NEAR_IDENTITY:.0f} %) and can learn."
     )
 
 
 # --------------------------------------------------------------------------------------------------
-# Lab 2: gradients at step zero
+# Lab 2: the adapter's weight gradients, in general and at step zero
 # --------------------------------------------------------------------------------------------------
 
+#: (d, r, tokens, f) of the general gradient cases. The first is square (d = r), so that a forgotten or
+#: untransposed W_up still has the right shape and can be named rather than crash.
+GRADIENT_CASES = [(6, 6, 5, "gelu"), (16, 4, 7, "tanh"), (12, 3, 6, "relu"), (10, 5, 4, "silu")]
 
-def _gradient_cases(n: int = 3):
+
+def _general_case(d: int, r: int, tokens: int, activation: str, seed: int):
+    """An adapter with every weight and bias random (W_up ≠ 0), and random h, δ.
+
+    For ReLU, z = W_down h + b_down is kept at least 0.05 away from the kink at 0, where a closed form and
+    autograd could legitimately disagree about f′.
+    """
+    for attempt in range(100):
+        generator = torch.Generator().manual_seed(1000 * seed + attempt)
+        adapter = BottleneckAdapter(d, r, activation, init="bert")
+        with torch.no_grad():
+            for parameter in adapter.parameters():
+                parameter.copy_(0.5 * torch.randn(parameter.shape, generator=generator))
+            h = torch.randn(tokens, d, generator=generator)
+            delta = torch.randn(tokens, d, generator=generator)
+            if activation != "relu" or adapter.down(h).abs().min() > 0.05:
+                return adapter, h, delta
+    raise RuntimeError("no ReLU case away from the kink")  # pragma: no cover - 100 draws always find one
+
+
+def _activation_derivative(adapter, z: torch.Tensor) -> torch.Tensor:
+    """f′(z) element by element, by autograd: f acts on each number alone, so ∂Σf(z)/∂z = f′(z)."""
+    z = z.detach().requires_grad_()
+    with torch.enable_grad():
+        return torch.autograd.grad(adapter.act(z).sum(), z)[0]
+
+
+def _weight_gradients(adapter, h, delta):
+    """(∂L/∂W_down, ∂L/∂W_up) by autograd for L = Σ_t ⟨Adapter(h_t), δ_t⟩ (the reference)."""
+    with torch.enable_grad():
+        loss = (adapter(h) * delta).sum()
+        return torch.autograd.grad(loss, (adapter.down.weight, adapter.up.weight))
+
+
+def _gradient_answer(name: str, gradients_fn, adapter, h, delta, hint: str = ""):
+    """Call the student's gradient function on copies; return (grad_down, grad_up) detached."""
+    answer = _call(f"{name}(adapter, h, delta)", gradients_fn, copy.deepcopy(adapter), h.clone(), delta.clone(), hint=hint)
+    if not isinstance(answer, (tuple, list)) or len(answer) != 2:
+        raise CheckFailed(f"{name} must return two tensors, (grad_down, grad_up); it returned {type(answer).__name__}.")
+    return tuple(g.detach() if isinstance(g, torch.Tensor) else g for g in answer)
+
+
+def _diagnose_down_gradient(grad_down, adapter, h, delta, reference: torch.Tensor) -> str:
+    d, r, tokens = adapter.d_model, adapter.bottleneck, h.shape[0]
+    if isinstance(grad_down, torch.Tensor) and grad_down.shape == (tokens, r, d):
+        return (
+            f"Your ∂L/∂W_down has shape {tuple(grad_down.shape)}: one gradient per token. L sums over the tokens, "
+            "so its gradient is the sum of theirs: sum over the batch."
+        )
+    if isinstance(grad_down, torch.Tensor) and grad_down.shape == (d, r) and d != r and _close(grad_down.T, reference):
+        return f"Your ∂L/∂W_down has shape ({d}, {r}) but W_down has shape ({r}, {d}): it is transposed."
+    if not isinstance(grad_down, torch.Tensor) or grad_down.shape != (r, d):
+        shape = tuple(grad_down.shape) if isinstance(grad_down, torch.Tensor) else type(grad_down).__name__
+        return f"Your ∂L/∂W_down is {shape}; it must be a tensor shaped like W_down: ({r}, {d})."
+    w_up, w_down = adapter.up.weight.detach(), adapter.down.weight.detach()
+    z = h @ w_down.T + adapter.down.bias.detach()
+    back = delta @ w_up  # row t: W_upᵀ δ_t
+    slope = _activation_derivative(adapter, z)
+    mistakes = [
+        (back.T @ h, "You left out f′(z): the gradient passes back through the nonlinearity, so each unit's "
+         "signal is scaled by the slope of f at its own z."),
+        ((back * adapter.act(z)).T @ h, "You used f(z) where the slope f′(z) belongs: the chain rule needs the "
+         "derivative of the nonlinearity, not its value."),
+        ((back * _activation_derivative(adapter, h @ w_down.T)).T @ h, "You left out b_down: f′ is taken at "
+         "z = W_down h + b_down, bias included."),
+        (reference / tokens, "You averaged over the tokens; L sums over them, so the gradient is a sum (no division)."),
+    ]
+    if d == r:
+        mistakes += [
+            ((delta * slope).T @ h, "You left out W_upᵀ: δ lives at the adapter's output (width d); it reaches the "
+             "bottleneck only through the up-projection, i.e. through W_upᵀ."),
+            (((delta @ w_up.T) * slope).T @ h, "You used W_up where W_upᵀ belongs: going backwards through the "
+             "up-projection multiplies by its transpose."),
+            (reference.T, "Your ∂L/∂W_down is transposed: entry (i, j) belongs to bottleneck unit i and input "
+             "feature j, like W_down itself."),
+        ]
+    for value, message in mistakes:
+        if _close(grad_down, value):
+            return message
+    for t in range(tokens):
+        if _close(grad_down, ((back[t] * slope[t])[:, None] * h[t][None, :])):
+            return "You used a single token; L sums over all tokens, so ∂L/∂W_down sums their contributions."
+    return (
+        "Your ∂L/∂W_down does not match autograd (largest difference "
+        f"{(grad_down - reference).abs().max().item():.2g}). Follow δ backwards step by step: through the "
+        "up-projection, through f, then through the down-projection."
+    )
+
+
+def _diagnose_up_gradient(grad_up, adapter, h, delta, reference: torch.Tensor) -> str:
+    d, r = adapter.d_model, adapter.bottleneck
+    z = h @ adapter.down.weight.detach().T + adapter.down.bias.detach()
+    if isinstance(grad_up, torch.Tensor) and grad_up.shape == (r, d) and d != r and _close(grad_up.T, reference):
+        return f"Your ∂L/∂W_up has shape ({r}, {d}) but W_up has shape ({d}, {r}): it is transposed."
+    if not isinstance(grad_up, torch.Tensor) or grad_up.shape != (d, r):
+        shape = tuple(grad_up.shape) if isinstance(grad_up, torch.Tensor) else type(grad_up).__name__
+        return f"Your ∂L/∂W_up is {shape}; it must be a tensor shaped like W_up: ({d}, {r})."
+    mistakes = [
+        (delta.T @ z, "You left out the nonlinearity: the up-projection sees f(z), not z."),
+        (delta.T @ adapter.act(h @ adapter.down.weight.detach().T), "You left out b_down: the nonlinearity is "
+         "applied to W_down h + b_down, bias included."),
+        (reference / h.shape[0], "You averaged over the tokens; L sums over them, so the gradient is a sum (no division)."),
+        (delta.T @ _activation_derivative(adapter, z), "You used f′(z) where f(z) belongs: the up-projection "
+         "multiplies the value of f, so its weight's gradient sees that value."),
+    ]
+    if d == r:
+        mistakes.append((reference.T, "Your ∂L/∂W_up is transposed: entry (i, j) belongs to output feature i and "
+                         "bottleneck unit j, like W_up itself."))
+    for value, message in mistakes:
+        if _close(grad_up, value):
+            return message
+    return (
+        "Your ∂L/∂W_up does not match autograd (largest difference "
+        f"{(grad_up - reference).abs().max().item():.2g})."
+    )
+
+
+_GRADIENT_SHAPES = (
+    "Mind the shapes: h and delta are (tokens, d), the bottleneck is (tokens, r); δ reaches the bottleneck "
+    "through the up-projection."
+)
+
+
+def check_adapter_gradients(gradients_fn) -> None:
+    """Check ``gradients_fn(adapter, h, delta) -> (grad_down, grad_up)`` against autograd (lab 2).
+
+    General adapters: every weight and bias random (W_up ≠ 0), f = GELU, tanh, ReLU (away from its
+    kink) and SiLU, h and δ of shape (tokens, d), L = Σ_t ⟨Adapter(h_t), δ_t⟩.
+    """
+    name = _name(gradients_fn)
+    for seed, (d, r, tokens, activation) in enumerate(GRADIENT_CASES):
+        adapter, h, delta = _general_case(d, r, tokens, activation, seed)
+        reference_down, reference_up = _weight_gradients(adapter, h, delta)
+        grad_down, grad_up = _gradient_answer(name, gradients_fn, adapter, h, delta, hint=_GRADIENT_SHAPES)
+        where = f" (f = {activation}, d = {d}, r = {r}, {tokens} tokens)"
+        if not _close(grad_down, reference_down):
+            raise CheckFailed("∂L/∂W_down — " + _diagnose_down_gradient(grad_down, adapter, h, delta, reference_down) + where)
+        if not _close(grad_up, reference_up):
+            raise CheckFailed("∂L/∂W_up — " + _diagnose_up_gradient(grad_up, adapter, h, delta, reference_up) + where)
+    activations = ", ".join(case[3] for case in GRADIENT_CASES)
+    _passed(
+        f"Your gradients match autograd for random adapters (W_up ≠ 0) with f = {activations} "
+        f"(within {ATOL:g}, {len(GRADIENT_CASES)} cases)."
+    )
+
+
+def _zero_up_cases(n: int = 3):
     """Zero-up adapters (with a non-zero b_down, so a forgotten bias shows) and random h, δ."""
     generator = torch.Generator().manual_seed(0)
     with torch.random.fork_rng():
@@ -186,57 +405,30 @@ def _gradient_cases(n: int = 3):
             yield adapter, torch.randn(tokens, d, generator=generator), torch.randn(tokens, d, generator=generator)
 
 
-def _diagnose_up_gradient(grad_up: torch.Tensor, adapter, h, delta, reference: torch.Tensor) -> str:
-    d, r = adapter.d_model, adapter.bottleneck
-    z = adapter.down(h)
-    if isinstance(grad_up, torch.Tensor) and grad_up.shape == (r, d) and _close(grad_up.T, reference):
-        return (
-            f"Your ∂L/∂W_up has shape ({r}, {d}) but W_up has shape ({d}, {r}): you computed f(z)ᵀ·δ. "
-            "Transpose it: δᵀ·f(z), i.e. delta.T @ f(W_down h + b_down)."
-        )
-    if not isinstance(grad_up, torch.Tensor) or grad_up.shape != (d, r):
-        shape = tuple(grad_up.shape) if isinstance(grad_up, torch.Tensor) else type(grad_up).__name__
-        return f"Your ∂L/∂W_up is {shape}; it must be a tensor shaped like W_up: ({d}, {r})."
-    if _close(grad_up, delta.T @ z):
-        return "You left out the nonlinearity: the up-projection sees f(W_down h + b_down), so ∂L/∂W_up = δᵀ·f(z)."
-    if _close(grad_up, delta.T @ adapter.act(z - adapter.down.bias)):
-        return "You left out b_down: the nonlinearity is applied to W_down h + b_down, bias included."
-    if _close(grad_up * h.shape[0], reference):
-        return "You averaged over the tokens; L sums over them, so the gradient is the sum δᵀ·f(z) (no division)."
-    return (
-        "Your ∂L/∂W_up does not match autograd (largest difference "
-        f"{(grad_up - reference).abs().max().item():.2g}); it should be δᵀ·f(W_down h + b_down)."
-    )
-
-
 def check_zero_up_gradients(gradients_fn) -> None:
-    """Check ``gradients_fn(adapter, h, delta) -> (grad_down, grad_up)`` against autograd.
+    """Check ``gradients_fn(adapter, h, delta) -> (grad_down, grad_up)`` on zero-up adapters (lab 2).
 
-    The adapter is zero-up initialised (W_up = 0), h and δ have shape (tokens, d) and the loss is
-    L = Σ_t ⟨Adapter(h_t), δ_t⟩. Expected: ∂L/∂W_down = 0 exactly, ∂L/∂W_up = δᵀ f(W_down h + b_down).
+    The step-zero special case: with W_up = 0, ∂L/∂W_down must be exactly 0 (every path from W_down
+    to the loss passes through W_up), while ∂L/∂W_up matches autograd.
     """
     name = _name(gradients_fn)
-    for adapter, h, delta in _gradient_cases():
-        reference_down, reference_up = step_zero_gradients(adapter, h, delta)
-        with torch.no_grad():
-            answer = _call(f"{name}(adapter, h, delta)", gradients_fn, copy.deepcopy(adapter), h.clone(), delta.clone())
-            if not isinstance(answer, (tuple, list)) or len(answer) != 2:
-                raise CheckFailed(f"{name} must return two tensors, (grad_down, grad_up); it returned {type(answer).__name__}.")
-            grad_down, grad_up = answer
-            shape = (adapter.bottleneck, adapter.d_model)
-            if not isinstance(grad_down, torch.Tensor) or grad_down.shape != shape:
-                got = tuple(grad_down.shape) if isinstance(grad_down, torch.Tensor) else type(grad_down).__name__
-                raise CheckFailed(f"Your ∂L/∂W_down is {got}; it must be a tensor shaped like W_down: {shape}.")
-            if torch.count_nonzero(grad_down) or torch.count_nonzero(reference_down):
-                raise CheckFailed(
-                    "Your ∂L/∂W_down is not zero. At step zero W_up = 0, and every path from W_down to the loss "
-                    "goes through W_up (∂L/∂W_down = ((W_upᵀ δ) ⊙ f′(z)) hᵀ), so it is exactly zero."
-                )
-            if not _close(grad_up, reference_up):
-                raise CheckFailed(_diagnose_up_gradient(grad_up, adapter, h, delta, reference_up))
+    for adapter, h, delta in _zero_up_cases():
+        reference_down, reference_up = _weight_gradients(adapter, h, delta)
+        grad_down, grad_up = _gradient_answer(name, gradients_fn, adapter, h, delta)
+        shape = (adapter.bottleneck, adapter.d_model)
+        if not isinstance(grad_down, torch.Tensor) or grad_down.shape != shape:
+            got = tuple(grad_down.shape) if isinstance(grad_down, torch.Tensor) else type(grad_down).__name__
+            raise CheckFailed(f"Your ∂L/∂W_down is {got}; it must be a tensor shaped like W_down: {shape}.")
+        if torch.count_nonzero(grad_down) or torch.count_nonzero(reference_down):
+            raise CheckFailed(
+                "Your ∂L/∂W_down is not zero at W_up = 0. Every path from W_down to the loss goes through W_up, "
+                "so at step zero of a zero-up adapter it is exactly zero."
+            )
+        if not _close(grad_up, reference_up):
+            raise CheckFailed(_diagnose_up_gradient(grad_up, adapter, h, delta, reference_up))
     _passed(
-        "Your step-zero gradients match autograd: ∂L/∂W_down = 0 exactly, and ∂L/∂W_up = δᵀ·f(W_down h + b_down) "
-        f"(within {ATOL:g}) on 3 random cases."
+        "At W_up = 0 your gradients match autograd: ∂L/∂W_down = 0 exactly and ∂L/∂W_up ≠ 0 "
+        f"(within {ATOL:g}) on 3 random zero-up adapters."
     )
 
 
@@ -246,8 +438,8 @@ def check_zero_up_gradients(gradients_fn) -> None:
 
 
 _FOLD_ORDER = (
-    "The adapter acts after dense, so I + W_up W_down multiplies W from the left: W' = (I + W_up W_down)·W, "
-    "a (d_out × d_in) matrix like W."
+    "The adapter acts after dense, so its matrix multiplies W from the left, and the folded weight is "
+    "(d_out × d_in) like W."
 )
 
 
@@ -264,7 +456,7 @@ def _fold_case(seed: int = 0):
 
 
 def check_fold(fold_fn) -> None:
-    """Check ``fold_fn(dense, adapter) -> nn.Linear`` for a linear adapter that follows ``dense``.
+    """Check ``fold_fn(dense, adapter) -> nn.Linear`` for a linear adapter that follows ``dense`` (lab 3).
 
     The result must be one nn.Linear of dense's shape computing adapter(dense(x)), with dense left
     unchanged: W' = (I + W_up W_down) W and b' = (I + W_up W_down) b + W_up b_down + b_up.
@@ -318,58 +510,168 @@ def check_fold(fold_fn) -> None:
     raise CheckFailed(problem)
 
 
+def _parallel_case(seed: int = 0):
+    """A d → d projection, a linear adapter beside it with random biases, a scale that is not 1, inputs."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        projection = nn.Linear(12, 12)
+        adapter = BottleneckAdapter(12, 3, "identity", init="houlsby", init_scale=0.3)
+        with torch.no_grad():
+            adapter.down.bias.normal_(0.0, 1.0, generator=generator)
+            adapter.up.bias.normal_(0.0, 1.0, generator=generator)
+    return projection.eval(), adapter.eval(), 2.5, torch.randn(5, 12, generator=generator)
+
+
+def check_parallel_fold(fold_fn) -> None:
+    """Check ``fold_fn(projection, adapter, scale) -> nn.Linear`` for a linear adapter beside ``projection`` (lab 3).
+
+    The parallel adapter reads the projection's input x and adds scale · adapter.delta(x) to its output;
+    the answer must be one nn.Linear of the projection's shape that computes the sum, leaving the
+    projection unchanged. Compared with the unfolded pair on random inputs.
+    """
+    name = _name(fold_fn)
+    projection, adapter, scale, x = _parallel_case()
+    before = copy.deepcopy(projection.state_dict())
+    folded = _call(f"{name}(projection, adapter, scale)", fold_fn, projection, adapter, scale)
+    if any(not torch.equal(before[k], v) for k, v in projection.state_dict().items()):
+        raise CheckFailed("Your fold changed the projection in place. Build a new nn.Linear and leave the projection as it was.")
+    if not isinstance(folded, nn.Linear) or (folded.in_features, folded.out_features) != (12, 12):
+        raise CheckFailed(
+            f"Your fold returns {folded!r}; it must return one nn.Linear with the projection's shape (12 → 12)."
+        )
+    with torch.no_grad():
+        reference = projection(x) + scale * adapter.delta(x)
+        got = folded(x)
+        if _close(got, reference):
+            _passed(
+                f"Your parallel fold is exact: one nn.Linear(12 → 12) reproduces the projection plus {scale:g} × the "
+                f"linear adapter beside it (within {ATOL:g})."
+            )
+            return
+        w, b = projection.weight, projection.bias
+        update, offset = adapter.up.weight @ adapter.down.weight, adapter.up.weight @ adapter.down.bias + adapter.up.bias
+        eye = torch.eye(12)
+        right_weight = w + scale * update
+        weight_mistakes = [
+            (w + update, "You forgot the scale s: the adapter's whole output is multiplied by s, matrix and bias alike."),
+            (w + eye + scale * update, "You added an identity: a parallel adapter has no residual of its own (the "
+             "residual around the sublayer is outside this fold), so nothing but the projection carries x through."),
+            (w + scale * update.T, "Your low-rank product is transposed: x goes through W_down first, then W_up."),
+            ((eye + scale * update) @ w, "You folded it as a serial adapter after the projection; a parallel adapter "
+             "reads the projection's input x, not its output."),
+        ]
+        for weight, message in weight_mistakes:
+            if _close(folded.weight, weight):
+                raise CheckFailed(message)
+        if _close(folded.weight, right_weight):
+            bias_mistakes = [
+                (b, "The weight is right but you forgot the adapter's bias terms: its biases add a constant to every output."),
+                (b + scale * adapter.up.bias, "The weight is right but the bias misses W_up·b_down: b_down passes "
+                 "through the up-projection before it reaches the output."),
+                (b + offset, "The weight is right but the bias term is not scaled: s multiplies all of the adapter's output."),
+            ]
+            for bias, message in bias_mistakes:
+                if _close(folded.bias, bias):
+                    raise CheckFailed(message)
+            raise CheckFailed("The weight is right but the bias is not: collect every constant the adapter adds.")
+        raise CheckFailed(
+            "Your folded layer's output differs from the projection plus the scaled adapter (largest difference "
+            f"{(got - reference).abs().max().item():.2g})."
+        )
+
+
 # --------------------------------------------------------------------------------------------------
-# Lab 4: counting parameters
+# Lab 4: counting what a task trains
 # --------------------------------------------------------------------------------------------------
 
-#: (d, r, layers, adapters per layer): BERT-base Houlsby and Pfeiffer, BERT-large Houlsby, and a tiny one.
-COUNT_CASES = [(768, 64, 12, 2), (768, 48, 12, 1), (1024, 64, 24, 2), (16, 4, 3, 1)]
+#: (d, n_layers, r, placement, train_layernorm, num_labels): BERT-large Pfeiffer (the paper's model, another
+#: placement), BERT-base Houlsby, BERT-base parallel with frozen LayerNorms, and a tiny model.
+TRAINED_COUNT_CASES = [
+    (1024, 24, 64, "pfeiffer", True, 3),
+    (768, 12, 64, "houlsby", True, 2),
+    (768, 12, 48, "parallel", False, 2),
+    (32, 3, 4, "houlsby", False, 5),
+]
 
 
-def _module_count(d: int, r: int, layers: int, per_layer: int) -> int:
-    """The reference: parameters of a real BottleneckAdapter (built without storage) times L·k."""
-    with torch.device("meta"):
-        one = sum(p.numel() for p in BottleneckAdapter(d, r).parameters())
-    return one * layers * per_layer
+def _counted_model(d: int, n_layers: int, r: int, placement: str, train_layernorm: bool, num_labels: int) -> int:
+    """The reference: parameters with requires_grad in a real BertForSequenceClassification (meta device)."""
+    from transformers import BertConfig  # imported here: the other checks do without it
+
+    config = BertConfig(
+        hidden_size=d, num_hidden_layers=n_layers, num_attention_heads=d // 64 if d % 64 == 0 else 1,
+        intermediate_size=4 * d,
+    )
+    model = meta_model(config, placement, r, train_layernorm=train_layernorm, num_labels=num_labels)
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-def check_param_count(count_fn) -> None:
-    """Check ``count_fn(d, r, n_layers, per_layer) -> int``: the parameters of all adapters in a model."""
+def _count_mistakes(d, n_layers, r, placement, train_layernorm, num_labels) -> list[tuple[int, str]]:
+    """Plausible wrong counts, each with what went wrong."""
+    k = 2 if placement == "houlsby" else 1
+    per_adapter = 2 * r * d + r + d
+    adapters = n_layers * k * per_adapter
+    norms = (2 * n_layers + 1) * 2 * d if train_layernorm else 0
+    pooler, classifier = d * d + d, d * num_labels + num_labels
+    rest = norms + pooler + classifier
+    mistakes = [
+        (n_layers * (3 - k) * per_adapter + rest, f"{placement} puts {k} adapter{'s' if k == 2 else ''} in every "
+         "layer; you counted the other number."),
+        (n_layers * k * 2 * r * d + rest, "You left out the adapters' biases: each adapter has r + d of them."),
+        (adapters + norms + classifier, "You left out the pooler: adapterlab trains it with the classifier "
+         "(a d × d dense layer with its bias)."),
+        (adapters + norms + pooler, "You left out the classifier, the layer that maps to the labels."),
+        (adapters + norms, "You left out the head: the pooler and the classifier are trained for every task."),
+        (adapters + norms + d * d + classifier, "You forgot the pooler's bias (d)."),
+        (adapters + norms + pooler + d * num_labels, "You forgot the classifier's bias (one per label)."),
+    ]
+    if train_layernorm:
+        mistakes += [
+            (adapters + pooler + classifier, "You left out the LayerNorms: with train_layernorm=True they are trained too."),
+            (adapters + norms - 2 * d + pooler + classifier, "You missed one LayerNorm: BERT has one after the "
+             "embeddings as well as two in every layer."),
+            (adapters + norms // 2 + pooler + classifier, "A LayerNorm has a gain and a bias: 2d parameters, not d."),
+        ]
+    else:
+        mistakes.append((adapters + (2 * n_layers + 1) * 2 * d + pooler + classifier,
+                         "You counted the LayerNorms, but with train_layernorm=False they stay frozen."))
+    return mistakes
+
+
+def check_trained_count(count_fn) -> None:
+    """Check ``count_fn(d, n_layers, r, placement, train_layernorm, num_labels) -> int`` (lab 4).
+
+    The answer is everything a task trains in a BERT classifier with adapters, as adapterlab.placement
+    sets it up: the adapters, the LayerNorms when train_layernorm, the pooler and the classifier.
+    The reference counts requires_grad parameters of a real model built on the meta device.
+    """
     name = _name(count_fn)
-    for d, r, layers, k in COUNT_CASES:
-        call = f"{name}(d={d}, r={r}, n_layers={layers}, per_layer={k})"
-        got = _call(call, count_fn, d, r, layers, k)
-        expected = _module_count(d, r, layers, k)
+    for d, n_layers, r, placement, train_layernorm, num_labels in TRAINED_COUNT_CASES:
+        call = f"{name}(d={d}, n_layers={n_layers}, r={r}, placement={placement!r}, train_layernorm={train_layernorm}, num_labels={num_labels})"
+        got = _call(call, count_fn, d, n_layers, r, placement, train_layernorm, num_labels)
+        expected = _counted_model(d, n_layers, r, placement, train_layernorm, num_labels)
         if isinstance(got, bool) or not isinstance(got, numbers.Number):
             raise CheckFailed(f"{call} returned {got!r}; it must return a number of parameters (an int).")
         if got == expected and not isinstance(got, numbers.Integral):
-            raise CheckFailed(
-                f"{call} returned {got!r}, a float; a count is a whole number: use integer arithmetic (// not /)."
-            )
+            raise CheckFailed(f"{call} returned {got!r}, a float; a count is a whole number: use integer arithmetic.")
         if got == expected:
             continue
-        mistakes = [
-            (2 * r * d * layers * k, "You left out the biases: each adapter has r + d of them (b_down and b_up)."),
-            ((2 * r * d + d) * layers * k, "You counted b_up but not b_down: each adapter has r + d biases."),
-            ((2 * r * d + r) * layers * k, "You counted b_down but not b_up: each adapter has r + d biases."),
-            ((r * d + r + d) * layers * k, "You counted only one of the two matrices: W_down (r×d) and W_up (d×r) make 2rd."),
-            ((2 * r * d + r + d) * layers, "You did not multiply by the adapters per layer (per_layer, 2 for Houlsby)."),
-            ((2 * r * d + r + d) * k, "You did not multiply by the number of layers (n_layers)."),
-        ]
-        for value, message in mistakes:
+        for value, message in _count_mistakes(d, n_layers, r, placement, train_layernorm, num_labels):
             if got == value:
-                raise CheckFailed(f"{call} returned {got:,}; the model has {expected:,}. {message}")
+                raise CheckFailed(f"{call} returned {got:,}; the model trains {expected:,}. {message}")
         raise CheckFailed(
-            f"{call} returned {got!r}; the model has {expected:,} = n_layers · per_layer · (2rd + r + d)."
+            f"{call} returned {got!r}; the model trains {expected:,}. Count each trained part on its own "
+            "(adapters, LayerNorms if trained, pooler, classifier) and compare with print(model)."
         )
     _passed(
-        f"Your count is right on all {len(COUNT_CASES)} cases, e.g. BERT-base, Houlsby, r = 64: "
-        f"{_module_count(768, 64, 12, 2):,}; BERT-large, Houlsby, r = 64: {_module_count(1024, 64, 24, 2):,}."
+        f"Your count matches a real model on all {len(TRAINED_COUNT_CASES)} cases, e.g. BERT-large, Pfeiffer, r = 64, "
+        f"LayerNorms and head: {_counted_model(*TRAINED_COUNT_CASES[0]):,} trained per task."
     )
 
 
 # --------------------------------------------------------------------------------------------------
-# Lab 5: what a placement trains
+# Lab 5: which parameters a placement trains
 # --------------------------------------------------------------------------------------------------
 
 PLACEMENT_CASES = [
@@ -377,63 +679,95 @@ PLACEMENT_CASES = [
 ]
 
 
-def _trained_by_placement(layers: int, d: int, r: int, placement: str, train_layernorm: bool) -> int:
-    """The reference: adapters + LayerNorms trainable in a real BertModel (meta device) after add_adapters."""
-    from transformers import BertConfig, BertModel  # imported here: the other checks do without it
+def _tiny_bert():
+    """A 2-layer random BertForSequenceClassification on the meta device: real names, no memory."""
+    from transformers import BertConfig, BertForSequenceClassification  # imported here: the other checks do without it
 
     config = BertConfig(
-        hidden_size=d, num_hidden_layers=layers, num_attention_heads=1, intermediate_size=4 * d, vocab_size=100,
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, vocab_size=100,
         max_position_embeddings=16,
     )
     with torch.device("meta"):
-        model = add_adapters(BertModel(config, add_pooling_layer=False), placement, r, train_layernorm=train_layernorm)
-    summary = trainable_summary(model)
-    return summary.trainable["adapters"] + summary.trainable["layernorm"]
+        return BertForSequenceClassification(config)
 
 
-def check_placement_answer(trained_fn, n_layers: int = 12, d: int = 768, r: int = 64) -> None:
-    """Check ``trained_fn(n_layers, d, r, placement, train_layernorm) -> int``.
+#: An adapter at either sublayer output of an encoder layer: the names some placement gives it.
+_ADAPTER_NAME = re.compile(r"bert\.encoder\.layer\.\d+\.(attention\.output|output)\.adapter\.(down|up)\.(weight|bias)")
 
-    The answer is the number of parameters the placement trains in the encoder besides the task
-    head: its adapters, plus every LayerNorm (2L + 1 of them, 2d each) when train_layernorm.
-    """
-    name = _name(trained_fn)
-    per_adapter = 2 * r * d + r + d
-    norms = (2 * n_layers + 1) * 2 * d
-    for placement, train_layernorm in PLACEMENT_CASES:
-        call = f"{name}({n_layers}, {d}, {r}, {placement!r}, train_layernorm={train_layernorm})"
-        got = _call(call, trained_fn, n_layers, d, r, placement, train_layernorm)
-        expected = _trained_by_placement(n_layers, d, r, placement, train_layernorm)
-        if got == expected and isinstance(got, numbers.Integral) and not isinstance(got, bool):
-            continue
-        k = 2 if placement == "houlsby" else 1
-        adapters = n_layers * k * per_adapter
-        where = {"houlsby": "after the attention output and after the FFN output", "pfeiffer": "after the FFN output",
-                 "parallel": "beside the FFN"}[placement]
-        mistakes = [
-            (n_layers * (3 - k) * per_adapter + (norms if train_layernorm else 0),
-             f"{placement} puts {k} adapter{'s' if k == 2 else ''} in every layer ({where})."),
-        ]
-        if train_layernorm:
-            mistakes += [
-                (adapters + norms - 2 * d, f"You are 2d = {2 * d:,} short: the LayerNorm after the embeddings is "
-                 "trained too, so BERT has 2L + 1 LayerNorms, not 2L."),
-                (adapters + norms // 2, "A LayerNorm has a gain and a bias: 2d parameters each, not d."),
-                (adapters, "With train_layernorm=True the paper's recipe trains every LayerNorm too: add (2L + 1)·2d."),
-            ]
-        else:
-            mistakes.append((adapters + norms, "With train_layernorm=False the LayerNorms stay frozen (as in "
-                             "AdapterHub): count only the adapters."))
-        if got == expected:
-            raise CheckFailed(f"{call} returned {got!r}; return a whole number (an int).")
-        for value, message in mistakes:
-            if got == value:
-                raise CheckFailed(f"{call} returned {got:,}; the model trains {expected:,}. {message}")
-        raise CheckFailed(
-            f"{call} returned {got!r}; the model trains {expected:,} in adapters and LayerNorms "
-            f"({'adapters + (2L + 1)·2d' if train_layernorm else 'adapters only'})."
+
+def _name_kind(name: str) -> str:
+    """What a parameter name belongs to, in words a student recognises."""
+    if ".adapter." in name:
+        return "attention adapter" if ".attention.output.adapter." in name else "FFN adapter"
+    if "LayerNorm" in name:
+        if name.startswith("bert.embeddings."):
+            return "embeddings LayerNorm"
+        return "attention LayerNorm" if ".attention.output.LayerNorm" in name else "FFN LayerNorm"
+    if ".pooler." in name:
+        return "pooler"
+    if name.startswith("classifier."):
+        return "classifier"
+    return "backbone weight"
+
+
+def _diagnose_names(missing: set, extra: set, existing: set, placement: str, train_layernorm: bool) -> str:
+    unknown = sorted(name for name in extra if name not in existing and not _ADAPTER_NAME.fullmatch(name))
+    if unknown:
+        return (
+            f"These names are not parameters of the model: {', '.join(unknown[:2])}"
+            f"{' …' if len(unknown) > 2 else ''}. An adapter added at a sublayer's output module P has the "
+            "parameters P.adapter.down.weight, P.adapter.down.bias, P.adapter.up.weight and P.adapter.up.bias."
         )
+    kinds_missing = {_name_kind(name) for name in missing}
+    kinds_extra = {_name_kind(name) for name in extra}
+    positions = "after the attention output and after the FFN output" if placement == "houlsby" else (
+        "at the FFN's output module only" if placement == "pfeiffer" else "beside the FFN, added in at its output module")
+    if "attention adapter" in kinds_extra or "FFN adapter" in kinds_missing or "attention adapter" in kinds_missing:
+        return f"Your adapters are in the wrong position: {placement} puts its adapters {positions}."
+    if not train_layernorm and kinds_extra & {"embeddings LayerNorm", "attention LayerNorm", "FFN LayerNorm"}:
+        return "With train_layernorm=False every LayerNorm stays frozen (as in AdapterHub); leave them out."
+    if "embeddings LayerNorm" in kinds_missing and len(kinds_missing) == 1:
+        return "You forgot the embeddings LayerNorm: BERT has one after the embeddings as well as two in every layer."
+    if "embeddings LayerNorm" in kinds_extra:
+        return "You included the embeddings LayerNorm, but the LayerNorms are frozen here."
+    if "attention LayerNorm" in kinds_missing and "FFN LayerNorm" not in kinds_missing:
+        return "You forgot the attention LayerNorms: every layer has one after attention as well as one after the FFN."
+    if kinds_missing & {"attention LayerNorm", "FFN LayerNorm", "embeddings LayerNorm"}:
+        return "You left out LayerNorms: with train_layernorm=True the paper's recipe trains every one of them."
+    if "pooler" in kinds_missing:
+        return "You left out the pooler: adapterlab trains it with the classifier (the original adapter-bert code freezes it)."
+    if "classifier" in kinds_missing:
+        return "You left out the classifier: the task's own layer is always trained."
+    if "backbone weight" in kinds_extra:
+        example = sorted(name for name in extra if _name_kind(name) == "backbone weight")[0]
+        return f"You included frozen backbone weights such as {example}: only adapters, LayerNorms and the head train."
+    listed = sorted(missing)[:2] + sorted(extra)[:2]
+    return f"Your set differs from the model's: for example {', '.join(listed)}."
+
+
+def check_trained_names(names_fn) -> None:
+    """Check ``names_fn(names, placement, train_layernorm) -> set`` against a real model (lab 5).
+
+    ``names`` are the parameter names of a BERT classifier before adapters are added; the answer is the
+    set of names that train after ``add_adapters(model, placement, train_layernorm=...)``. The reference
+    is ``requires_grad`` of a tiny random BERT with adapters really added, for every placement and both
+    LayerNorm choices.
+    """
+    name = _name(names_fn)
+    names = [n for n, _ in _tiny_bert().named_parameters()]
+    for placement, train_layernorm in PLACEMENT_CASES:
+        model = add_adapters(_tiny_bert(), placement, 4, train_layernorm=train_layernorm)
+        expected = {n for n, p in model.named_parameters() if p.requires_grad}
+        existing = {n for n, _ in model.named_parameters()}
+        call = f"{name}(names, {placement!r}, train_layernorm={train_layernorm})"
+        got = _call(call, names_fn, list(names), placement, train_layernorm)
+        if isinstance(got, str) or not isinstance(got, (set, frozenset, list, tuple)):
+            raise CheckFailed(f"{call} returned a {type(got).__name__}; return a set of parameter names.")
+        got = set(got)
+        if got != expected:
+            problem = _diagnose_names(expected - got, got - expected, existing, placement, train_layernorm)
+            raise CheckFailed(f"{call}: {problem}")
     _passed(
-        f"Your counts match a real {n_layers}-layer model (d = {d}, r = {r}) for all three placements, with "
-        "LayerNorms trained and frozen."
+        "Your sets match requires_grad of a real BERT with adapters for all three placements, LayerNorms trained "
+        "and frozen."
     )

@@ -9,7 +9,7 @@ from torch import nn
 
 from adapterlab import checks
 from adapterlab.adapter import BottleneckAdapter
-from adapterlab.counting import model_adapter_params
+from adapterlab.counting import backbone_config, bert_counts
 from adapterlab.lora import fold_linear_adapter
 
 MISSING = "The answer is missing"
@@ -80,6 +80,68 @@ class Swapped(RightAdapter):
         super().__init__(bottleneck, d_model)
 
 
+class DeadInit(RightAdapter):
+    """Both matrices zero: the exact identity, but only b_up can ever get a gradient."""
+
+    def __init__(self, d_model, bottleneck):
+        super().__init__(d_model, bottleneck)
+        for linear in (self.down, self.up):
+            nn.init.zeros_(linear.weight)
+
+
+class ZeroDownRelu(RightAdapter):
+    """W_down zero with ReLU: every unit sits at the kink, where ReLU passes no gradient."""
+
+    def __init__(self, d_model, bottleneck):
+        super().__init__(d_model, bottleneck)
+        self.act = nn.ReLU()
+        nn.init.zeros_(self.down.weight)
+
+
+class ZeroUp(RightAdapter):
+    """The intended near-identity init: W_up = 0, W_down random."""
+
+    def __init__(self, d_model, bottleneck):
+        super().__init__(d_model, bottleneck)
+        nn.init.kaiming_uniform_(self.down.weight)
+        nn.init.zeros_(self.up.weight)
+
+
+class ConstantInit(RightAdapter):
+    def __init__(self, d_model, bottleneck):
+        super().__init__(d_model, bottleneck)
+        for linear in (self.down, self.up):
+            nn.init.constant_(linear.weight, 1e-2)
+
+
+class NonlinearityFirst(RightAdapter):
+    def forward(self, h):
+        return h + self.up(self.down(self.act(h)))
+
+
+class NonlinearityOnSum(RightAdapter):
+    def forward(self, h):
+        return self.act(h + self.up(self.act(self.down(h))))
+
+
+class ScalarBias(RightAdapter):
+    def __init__(self, d_model, bottleneck):
+        super().__init__(d_model, bottleneck)
+        self.down = nn.Linear(d_model, bottleneck, bias=False)
+        nn.init.trunc_normal_(self.down.weight, std=1e-2, a=-2e-2, b=2e-2)
+        self.b_down = nn.Parameter(torch.zeros(1))
+
+    def forward(self, h):
+        return h + self.up(self.act(self.down(h) + self.b_down))
+
+
+class NoDownBias(RightAdapter):
+    def __init__(self, d_model, bottleneck):
+        super().__init__(d_model, bottleneck)
+        self.down = nn.Linear(d_model, bottleneck, bias=False)
+        nn.init.trunc_normal_(self.down.weight, std=1e-2, a=-2e-2, b=2e-2)
+
+
 class StubAdapter(nn.Module):
     def __init__(self, d_model, bottleneck):
         super().__init__()
@@ -91,16 +153,37 @@ def test_adapter_class_accepts_right_answers(capsys):
     assert capsys.readouterr().out.startswith("✔ RightAdapter is right")
     # the package's own adapter passes too, with any of the usual nonlinearities
     for activation in ("gelu", "relu", "silu", "tanh"):
-        checks.check_adapter_class(lambda d, r, a=activation: BottleneckAdapter(d, r, a))
+        for init in ("houlsby", "zero_up"):
+            checks.check_adapter_class(lambda d, r, a=activation, i=init: BottleneckAdapter(d, r, a, init=i))
+    checks.check_adapter_class(ZeroUp)  # zero-up is the exact identity and still learns
+
+
+def test_adapter_class_accepts_zero_down_when_f_has_a_slope_at_zero():
+    """W_down = 0 with GELU is alive: f′(0) = ½ lets W_down's gradient through (only ReLU's kink kills it)."""
+
+    class ZeroDownGelu(RightAdapter):
+        def __init__(self, d_model, bottleneck):
+            super().__init__(d_model, bottleneck)
+            nn.init.zeros_(self.down.weight)
+            nn.init.normal_(self.up.weight, std=1e-2)
+
+    checks.check_adapter_class(ZeroDownGelu)
 
 
 def test_adapter_class_names_the_mistake():
     _fails(checks.check_adapter_class, NoResidual, "without adding h back: the residual is missing")
     _fails(checks.check_adapter_class, NoNonlinearity, "no nonlinearity")
     _fails(checks.check_adapter_class, NonlinearityAfterUp, "after the up-projection")
-    _fails(checks.check_adapter_class, DefaultInit, "near the identity", "trunc_normal_")
+    _fails(checks.check_adapter_class, NonlinearityFirst, "before the down-projection")
+    _fails(checks.check_adapter_class, NonlinearityOnSum, "to the sum")
+    _fails(checks.check_adapter_class, DefaultInit, "near the identity", "far too large")
     _fails(checks.check_adapter_class, NoBias, "without biases", "148")
+    _fails(checks.check_adapter_class, ScalarBias, "bias shapes are wrong", "b_down has shape (4,)")
+    _fails(checks.check_adapter_class, NoDownBias, "b_up but no b_down")
     _fails(checks.check_adapter_class, Swapped, "`self.down` maps 4 → 16")
+    _fails(checks.check_adapter_class, DeadInit, "cannot learn", "both matrices start at zero")
+    _fails(checks.check_adapter_class, ZeroDownRelu, "cannot learn", "W_down starts at zero")
+    _fails(checks.check_adapter_class, ConstantInit, "identical", "as if r were 1")
 
 
 def test_adapter_class_reports_a_stub_as_missing():
@@ -108,7 +191,126 @@ def test_adapter_class_reports_a_stub_as_missing():
 
 
 # --------------------------------------------------------------------------------------------------
-# check_zero_up_gradients
+# check_adapter_gradients: the general case, W_up ≠ 0
+# --------------------------------------------------------------------------------------------------
+
+
+def slope(adapter, z):
+    """f′(z) in closed form, written independently of autograd."""
+    name = adapter.activation_name
+    if name == "tanh":
+        return 1 - torch.tanh(z) ** 2
+    if name == "relu":
+        return (z > 0).to(z.dtype)
+    if name in ("silu", "swish"):
+        s = torch.sigmoid(z)
+        return s * (1 + z * (1 - s))
+    assert name == "gelu"
+    normal = torch.distributions.Normal(0.0, 1.0)
+    return normal.cdf(z) + z * normal.log_prob(z).exp()
+
+
+def parts(adapter, h, delta):
+    z = h @ adapter.down.weight.T + adapter.down.bias
+    return z, delta @ adapter.up.weight  # row t of the second: W_upᵀ δ_t
+
+
+def right_general(adapter, h, delta):
+    z, back = parts(adapter, h, delta)
+    return (back * slope(adapter, z)).T @ h, delta.T @ adapter.act(z)
+
+
+def test_general_gradients_accept_the_chain_rule(capsys):
+    checks.check_adapter_gradients(right_general)
+    out = capsys.readouterr().out
+    assert out.startswith("✔") and "gelu, tanh, relu, silu" in out
+
+
+def test_general_gradients_name_the_mistake():
+    def no_slope(adapter, h, delta):
+        z, back = parts(adapter, h, delta)
+        return back.T @ h, delta.T @ adapter.act(z)
+
+    def value_for_slope(adapter, h, delta):
+        z, back = parts(adapter, h, delta)
+        return (back * adapter.act(z)).T @ h, delta.T @ adapter.act(z)
+
+    def no_w_up(adapter, h, delta):
+        z, _ = parts(adapter, h, delta)
+        return (delta * slope(adapter, z)).T @ h, delta.T @ adapter.act(z)
+
+    def w_up_untransposed(adapter, h, delta):
+        z, _ = parts(adapter, h, delta)
+        return ((delta @ adapter.up.weight.T) * slope(adapter, z)).T @ h, delta.T @ adapter.act(z)
+
+    def transposed(adapter, h, delta):
+        down, up = right_general(adapter, h, delta)
+        return down.T, up
+
+    def averaged(adapter, h, delta):
+        down, up = right_general(adapter, h, delta)
+        return down / h.shape[0], up
+
+    def per_token(adapter, h, delta):
+        z, back = parts(adapter, h, delta)
+        return torch.einsum("tr,td->trd", back * slope(adapter, z), h), delta.T @ adapter.act(z)
+
+    def first_token(adapter, h, delta):
+        z, back = parts(adapter, h, delta)
+        return torch.outer(back[0] * slope(adapter, z)[0], h[0]), delta.T @ adapter.act(z)
+
+    def slope_without_bias(adapter, h, delta):
+        z, back = parts(adapter, h, delta)
+        return (back * slope(adapter, z - adapter.down.bias)).T @ h, delta.T @ adapter.act(z)
+
+    def up_without_f(adapter, h, delta):
+        down, _ = right_general(adapter, h, delta)
+        return down, delta.T @ parts(adapter, h, delta)[0]
+
+    def zero_down_always(adapter, h, delta):
+        return torch.zeros(adapter.bottleneck, adapter.d_model), right_general(adapter, h, delta)[1]
+
+    check = checks.check_adapter_gradients
+    _fails(check, no_slope, "left out f′(z)")
+    _fails(check, value_for_slope, "used f(z) where the slope f′(z) belongs")
+    _fails(check, no_w_up, "left out W_upᵀ")
+    _fails(check, w_up_untransposed, "used W_up where W_upᵀ belongs")
+    _fails(check, transposed, "transposed")
+    _fails(check, averaged, "averaged over the tokens")
+    _fails(check, per_token, "one gradient per token", "sum over the batch")
+    _fails(check, first_token, "single token")
+    _fails(check, slope_without_bias, "left out b_down")
+    _fails(check, up_without_f, "∂L/∂W_up", "left out the nonlinearity")
+    _fails(check, zero_down_always, "Follow δ backwards")  # the step-zero answer is not the general one
+
+
+def test_general_gradients_name_the_nonlinearity_of_the_failing_case():
+    def tanh_only(adapter, h, delta):  # right for tanh, wrong for every other f
+        z, back = parts(adapter, h, delta)
+        return (back * (1 - torch.tanh(z) ** 2)).T @ h, delta.T @ adapter.act(z)
+
+    _fails(checks.check_adapter_gradients, tanh_only, "f = gelu")
+
+
+def test_general_gradients_report_a_stub_as_missing():
+    _fails(checks.check_adapter_gradients, _stub, MISSING)
+
+
+def test_a_shape_error_gets_the_shape_hint():
+    def no_w_up(adapter, h, delta):  # fine when d = r, a shape error otherwise
+        z, _ = parts(adapter, h, delta)
+        return (delta * slope(adapter, z)).T @ h, delta.T @ adapter.act(z)
+
+    cases = checks.GRADIENT_CASES
+    try:
+        checks.GRADIENT_CASES = cases[1:]  # start with a non-square case
+        _fails(checks.check_adapter_gradients, no_w_up, "raised RuntimeError", "through the up-projection")
+    finally:
+        checks.GRADIENT_CASES = cases
+
+
+# --------------------------------------------------------------------------------------------------
+# check_zero_up_gradients: the step-zero special case
 # --------------------------------------------------------------------------------------------------
 
 
@@ -120,6 +322,11 @@ def right_gradients(adapter, h, delta):
 def test_gradients_accept_the_closed_form(capsys):
     checks.check_zero_up_gradients(right_gradients)
     assert "∂L/∂W_down = 0 exactly" in capsys.readouterr().out
+
+
+def test_the_general_formula_passes_the_special_case(capsys):
+    checks.check_zero_up_gradients(right_general)
+    assert capsys.readouterr().out.startswith("✔ At W_up = 0")
 
 
 def test_gradients_name_the_mistake():
@@ -141,7 +348,7 @@ def test_gradients_name_the_mistake():
         down, up = right_gradients(adapter, h, delta)
         return down + 1e-3, up
 
-    _fails(checks.check_zero_up_gradients, transposed, "Transpose it")
+    _fails(checks.check_zero_up_gradients, transposed, "transposed")
     _fails(checks.check_zero_up_gradients, no_nonlinearity, "left out the nonlinearity")
     _fails(checks.check_zero_up_gradients, no_bias, "left out b_down")
     _fails(checks.check_zero_up_gradients, averaged, "averaged over the tokens")
@@ -206,62 +413,144 @@ def test_fold_reports_a_stub_as_missing():
 
 
 # --------------------------------------------------------------------------------------------------
-# check_param_count
+# check_parallel_fold
 # --------------------------------------------------------------------------------------------------
 
 
-def test_param_count_accepts_the_closed_form(capsys):
-    checks.check_param_count(lambda d, r, n_layers, per_layer: model_adapter_params(n_layers, per_layer, d, r))
+def right_parallel(projection, adapter, scale, identity=0.0, scale_bias=True, transpose=False):
+    update = adapter.up.weight @ adapter.down.weight
+    update = update.T if transpose else update
+    offset = adapter.up.weight @ adapter.down.bias + adapter.up.bias
+    eye = torch.eye(projection.in_features)
+    return _folded(projection, projection.weight + identity * eye + scale * update,
+                   projection.bias + (scale if scale_bias else 1.0) * offset)
+
+
+def test_parallel_fold_accepts_the_right_fold(capsys):
+    checks.check_parallel_fold(right_parallel)
+    assert capsys.readouterr().out.startswith("✔ Your parallel fold is exact")
+
+
+def test_parallel_fold_names_the_mistake():
+    def scale_forgotten(p, a, s):
+        return right_parallel(p, a, 1.0)
+
+    def serial(p, a, s):
+        m = torch.eye(p.out_features) + s * a.up.weight @ a.down.weight
+        return _folded(p, m @ p.weight, m @ p.bias + s * (a.up.weight @ a.down.bias + a.up.bias))
+
+    def bias_forgotten(p, a, s):
+        folded = right_parallel(p, a, s)
+        with torch.no_grad():
+            folded.bias.copy_(p.bias)
+        return folded
+
+    def b_down_forgotten(p, a, s):
+        folded = right_parallel(p, a, s)
+        with torch.no_grad():
+            folded.bias.copy_(p.bias + s * a.up.bias)
+        return folded
+
+    check = checks.check_parallel_fold
+    _fails(check, scale_forgotten, "forgot the scale")
+    _fails(check, lambda p, a, s: right_parallel(p, a, s, identity=1.0), "added an identity")
+    _fails(check, lambda p, a, s: right_parallel(p, a, s, transpose=True), "transposed")
+    _fails(check, serial, "serial adapter")
+    _fails(check, bias_forgotten, "forgot the adapter's bias terms")
+    _fails(check, b_down_forgotten, "misses W_up·b_down")
+    _fails(check, lambda p, a, s: right_parallel(p, a, s, scale_bias=False), "bias term is not scaled")
+    _fails(check, lambda p, a, s: nn.Sequential(p), "must return one nn.Linear")
+
+
+def test_parallel_fold_reports_a_stub_as_missing():
+    _fails(checks.check_parallel_fold, _stub, MISSING)
+
+
+# --------------------------------------------------------------------------------------------------
+# check_trained_count
+# --------------------------------------------------------------------------------------------------
+
+
+def right_count(d, n_layers, r, placement, train_layernorm, num_labels, **mistake):
+    """The closed form, with one part left out or changed on request."""
+    k = mistake.get("per_layer", 2 if placement == "houlsby" else 1)
+    adapter = 2 * r * d + (0 if mistake.get("no_adapter_bias") else r + d)
+    norms = (2 * n_layers + mistake.get("extra_norms", 1)) * 2 * d if mistake.get("norms", train_layernorm) else 0
+    pooler = 0 if mistake.get("no_pooler") else d * d + d
+    classifier = d * num_labels + (0 if mistake.get("no_classifier_bias") else num_labels)
+    return n_layers * k * adapter + norms + pooler + classifier
+
+
+def test_trained_count_accepts_the_closed_form(capsys):
+    checks.check_trained_count(right_count)
     out = capsys.readouterr().out
-    assert "2,379,264" in out and "6,343,680" in out  # the paper's and the seeds' numbers
+    assert out.startswith("✔ Your count matches a real model")
 
 
-def test_param_count_names_the_mistake():
-    _fails(checks.check_param_count, lambda d, r, L, k: 2 * r * d * L * k, "left out the biases")
-    _fails(checks.check_param_count, lambda d, r, L, k: (2 * r * d + d) * L * k, "b_up but not b_down")
-    _fails(checks.check_param_count, lambda d, r, L, k: (2 * r * d + r + d) * L, "adapters per layer")
-    _fails(checks.check_param_count, lambda d, r, L, k: (2 * r * d + r + d) * L * k / 1, "a float")
-    _fails(checks.check_param_count, lambda d, r, L, k: d * d * L * k, "n_layers · per_layer · (2rd + r + d)")
+def test_trained_count_matches_the_package_counts():
+    """The reference agrees with counting.bert_counts, the package's closed form, on BERT-base Houlsby."""
+    expected = bert_counts(backbone_config("bert-base"), "houlsby", 64)["total_trainable"]
+    assert checks._counted_model(768, 12, 64, "houlsby", True, 2) == expected == 3_009_794
 
 
-def test_param_count_reports_a_stub_as_missing():
-    _fails(checks.check_param_count, _stub, MISSING)
+def test_trained_count_names_the_mistake():
+    check = checks.check_trained_count
+    _fails(check, lambda *a: right_count(*a, norms=False), "left out the LayerNorms")
+    _fails(check, lambda *a: right_count(*a, extra_norms=0), "after the embeddings")
+    _fails(check, lambda *a: right_count(*a, per_layer=2), "pfeiffer puts 1 adapter in every layer")
+    _fails(check, lambda *a: right_count(*a, no_adapter_bias=True), "adapters' biases")
+    _fails(check, lambda *a: right_count(*a, no_pooler=True), "left out the pooler")
+    _fails(check, lambda *a: right_count(*a, no_classifier_bias=True), "classifier's bias")
+    _fails(check, lambda *a: right_count(*a, norms=True), "with train_layernorm=False they stay frozen")
+    _fails(check, lambda *a: float(right_count(*a)), "a float")
+
+
+def test_trained_count_reports_a_stub_as_missing():
+    _fails(checks.check_trained_count, _stub, MISSING)
 
 
 # --------------------------------------------------------------------------------------------------
-# check_placement_answer
+# check_trained_names
 # --------------------------------------------------------------------------------------------------
 
 
-def right_trained(n_layers, d, r, placement, train_layernorm):
-    k = 2 if placement == "houlsby" else 1
-    return n_layers * k * (2 * r * d + r + d) + ((2 * n_layers + 1) * 2 * d if train_layernorm else 0)
+def right_names(names, placement, train_layernorm, positions=None, embeddings_norm=True, attention_norm=True,
+                pooler=True):
+    trained = {n for n in names if n.startswith("classifier.") or (pooler and n.startswith("bert.pooler."))}
+    if train_layernorm:
+        trained |= {
+            n for n in names
+            if ".LayerNorm." in n
+            and (embeddings_norm or not n.startswith("bert.embeddings."))
+            and (attention_norm or ".attention." not in n)
+        }
+    if positions is None:
+        positions = ("attention.output", "output") if placement == "houlsby" else ("output",)
+    layers = {n.split(".")[3] for n in names if n.startswith("bert.encoder.layer.")}
+    for i in layers:
+        for position in positions:
+            for part in ("down.weight", "down.bias", "up.weight", "up.bias"):
+                trained.add(f"bert.encoder.layer.{i}.{position}.adapter.{part}")
+    return trained
 
 
-def test_placement_accepts_the_right_count(capsys):
-    checks.check_placement_answer(right_trained)
-    assert "all three placements" in capsys.readouterr().out
-    checks.check_placement_answer(right_trained, n_layers=3, d=32, r=4)
+def test_trained_names_accept_the_right_sets(capsys):
+    checks.check_trained_names(right_names)
+    assert capsys.readouterr().out.startswith("✔ Your sets match requires_grad")
 
 
-def test_placement_names_the_mistake():
-    def always_two(n_layers, d, r, placement, train_layernorm):
-        return right_trained(n_layers, d, r, "houlsby", train_layernorm)
-
-    def no_embedding_norm(n_layers, d, r, placement, train_layernorm):
-        return right_trained(n_layers, d, r, placement, train_layernorm) - (2 * d if train_layernorm else 0)
-
-    def norms_always(n_layers, d, r, placement, train_layernorm):
-        return right_trained(n_layers, d, r, placement, True)
-
-    def norms_never(n_layers, d, r, placement, train_layernorm):
-        return right_trained(n_layers, d, r, placement, False)
-
-    _fails(checks.check_placement_answer, always_two, "pfeiffer puts 1 adapter in every layer")
-    _fails(checks.check_placement_answer, no_embedding_norm, "the LayerNorm after the embeddings")
-    _fails(checks.check_placement_answer, norms_always, "LayerNorms stay frozen")
-    _fails(checks.check_placement_answer, norms_never, "trains every LayerNorm too")
+def test_trained_names_name_the_mistake():
+    check = checks.check_trained_names
+    _fails(check, lambda n, p, t: right_names(n, p, t, embeddings_norm=False), "forgot the embeddings LayerNorm")
+    _fails(check, lambda n, p, t: right_names(n, p, t, attention_norm=False), "forgot the attention LayerNorms")
+    _fails(check, lambda n, p, t: right_names(n, p, t, pooler=False), "left out the pooler")
+    _fails(check, lambda n, p, t: right_names(n, "houlsby", t), "wrong position", "pfeiffer")
+    _fails(check, lambda n, p, t: right_names(n, p, t, positions=("output",)), "wrong position", "houlsby")
+    _fails(check, lambda n, p, t: right_names(n, p, True), "train_layernorm=False every LayerNorm stays frozen")
+    _fails(check, lambda n, p, t: right_names(n, p, t, positions=("intermediate",)), "not parameters of the model")
+    _fails(check, lambda n, p, t: right_names(n, p, t) | {"bert.encoder.layer.0.output.dense.weight"}, "frozen backbone")
+    _fails(check, lambda n, p, t: ",".join(right_names(n, p, t)), "return a set")
 
 
-def test_placement_reports_a_stub_as_missing():
-    _fails(checks.check_placement_answer, _stub, MISSING)
+def test_trained_names_report_a_stub_as_missing():
+    _fails(checks.check_trained_names, _stub, MISSING)
