@@ -1,0 +1,458 @@
+"""The training labs' self-checks accept a right answer, report a stub as missing, and reject each
+mistake in their catalogue with a message that names it."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from adapterlab import checks_training as ct
+from adapterlab.checkpoints import load_adapter_set
+from adapterlab.placement import encoder_layers, set_adapters_enabled, set_trainable
+
+MISSING = "The answer is missing"
+
+
+def _fails(check, *answers, words=()):
+    with pytest.raises(ct.CheckFailed) as caught:
+        check(*answers)
+    message = str(caught.value)
+    for word in words:
+        assert word in message, message
+    return message
+
+
+def _stub(*args):
+    raise NotImplementedError("write your solution here")
+
+
+# --------------------------------------------------------------------------------------------------
+# Lab 6: check_training_step
+# --------------------------------------------------------------------------------------------------
+
+HEAD_AND_NORMS = ("adapter", "LayerNorm", "pooler", "classifier")
+
+
+def prepare_by_name(model, learning_rate):
+    for name, parameter in model.named_parameters():
+        parameter.requires_grad_(any(key in name for key in HEAD_AND_NORMS))
+    return torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=learning_rate)
+
+
+def prepare_with_policy(model, learning_rate):
+    set_trainable(model, "adapters")
+    return torch.optim.AdamW((p for p in model.parameters() if p.requires_grad), lr=learning_rate, weight_decay=0.1)
+
+
+def step(model, optimizer, batch):
+    loss = model(**batch).loss
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    return loss.item()
+
+
+def step_zeroing_first(model, optimizer, batch):
+    optimizer.zero_grad(set_to_none=False)
+    loss = model(**batch).loss
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+def prepare_unfrozen(model, learning_rate):
+    return torch.optim.AdamW(model.parameters(), lr=learning_rate)
+
+
+def prepare_before_freezing(model, learning_rate):
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.5)
+    for name, parameter in model.named_parameters():
+        parameter.requires_grad_(any(key in name for key in HEAD_AND_NORMS))
+    return optimizer
+
+
+def prepare_adapters_only(model, learning_rate):
+    for name, parameter in model.named_parameters():
+        parameter.requires_grad_("adapter" in name or "classifier" in name or "pooler" in name)
+    return torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=learning_rate)
+
+
+def prepare_head_frozen(model, learning_rate):
+    for name, parameter in model.named_parameters():
+        parameter.requires_grad_("adapter" in name or "LayerNorm" in name)
+    return torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=learning_rate)
+
+
+def prepare_missing_norms_in_optimizer(model, learning_rate):
+    prepare_by_name(model, learning_rate)
+    return torch.optim.AdamW([p for n, p in model.named_parameters() if "adapter" in n], lr=learning_rate)
+
+
+def step_without_zero_grad(model, optimizer, batch):
+    loss = model(**batch).loss
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
+def step_without_step(model, optimizer, batch):
+    loss = model(**batch).loss
+    loss.backward()
+    optimizer.zero_grad()
+    return loss.item()
+
+
+def step_without_backward(model, optimizer, batch):
+    loss = model(**batch).loss
+    optimizer.step()
+    optimizer.zero_grad()
+    return loss.item()
+
+
+def step_returning_nothing(model, optimizer, batch):
+    step(model, optimizer, batch)
+
+
+def test_training_step_accepts_right_answers(capsys):
+    ct.check_training_step(prepare_by_name, step)
+    ct.check_training_step(prepare_with_policy, step_zeroing_first)
+    assert capsys.readouterr().out.startswith("✔")
+
+
+@pytest.mark.parametrize(
+    "prepare, train_step, words",
+    [
+        (prepare_unfrozen, step, ("not frozen",)),
+        (prepare_before_freezing, step, ("frozen tensors", "built over every parameter")),
+        (prepare_adapters_only, step, ("LayerNorm",)),
+        (prepare_head_frozen, step, ("head",)),
+        (prepare_missing_norms_in_optimizer, step, ("leaves out",)),
+        (prepare_by_name, step_without_zero_grad, ("accumulate", "zero_grad")),
+        (prepare_by_name, step_without_step, ("never calls optimizer.step()",)),
+        (prepare_by_name, step_without_backward, ("never backpropagated", "loss.backward()")),
+        (prepare_by_name, step_returning_nothing, ("return the loss",)),
+    ],
+)
+def test_training_step_names_the_mistake(prepare, train_step, words):
+    _fails(ct.check_training_step, prepare, train_step, words=words)
+
+
+def test_an_optimizer_over_frozen_tensors_leaves_them_untouched():
+    """What the check's message claims: AdamW skips tensors without a gradient, weight decay included."""
+    layer = torch.nn.Linear(4, 3)
+    layer.weight.requires_grad_(False)
+    frozen, bias = layer.weight.detach().clone(), layer.bias.detach().clone()
+    optimizer = torch.optim.AdamW(layer.parameters(), lr=0.1, weight_decay=0.5)
+    layer(torch.randn(2, 4)).sum().backward()
+    optimizer.step()
+    assert torch.equal(layer.weight, frozen)
+    assert not torch.equal(layer.bias, bias)
+
+
+def test_training_step_reports_a_stub_as_missing():
+    _fails(ct.check_training_step, _stub, step, words=(MISSING,))
+    _fails(ct.check_training_step, prepare_by_name, _stub, words=(MISSING,))
+
+
+# --------------------------------------------------------------------------------------------------
+# Lab 7: check_matthews
+# --------------------------------------------------------------------------------------------------
+
+
+def _confusion(labels, predictions):
+    labels, predictions = np.asarray(labels), np.asarray(predictions)
+    return (int(np.sum((labels == 1) & (predictions == 1))), int(np.sum((labels == 0) & (predictions == 0))),
+            int(np.sum((labels == 0) & (predictions == 1))), int(np.sum((labels == 1) & (predictions == 0))))
+
+
+def matthews(labels, predictions):
+    tp, tn, fp, fn = _confusion(labels, predictions)
+    denominator = ((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn)) ** 0.5
+    return (tp * tn - fp * fn) / denominator if denominator else 0.0
+
+
+def matthews_fp_fn_swapped(labels, predictions):
+    """Harmless: the formula is symmetric in FP and FN, so this is right too."""
+    tp, tn, fn, fp = _confusion(labels, predictions)
+    denominator = ((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn)) ** 0.5
+    return (tp * tn - fp * fn) / denominator if denominator else 0.0
+
+
+def accuracy(labels, predictions):
+    return float(np.mean(np.asarray(labels) == np.asarray(predictions)))
+
+
+def matthews_tn_fn_swapped(labels, predictions):
+    tp, fn, fp, tn = _confusion(labels, predictions)
+    denominator = ((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn)) ** 0.5
+    return (tp * tn - fp * fn) / denominator if denominator else 0.0
+
+
+def matthews_without_root(labels, predictions):
+    tp, tn, fp, fn = _confusion(labels, predictions)
+    denominator = (tp + fp) * (tp + fn) * (tn + fp) * (tn + fn)
+    return (tp * tn - fp * fn) / denominator if denominator else 0.0
+
+
+def matthews_plus(labels, predictions):
+    tp, tn, fp, fn = _confusion(labels, predictions)
+    denominator = ((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn)) ** 0.5
+    return (tp * tn + fp * fn) / denominator if denominator else 0.0
+
+
+def matthews_dividing_by_zero(labels, predictions):
+    tp, tn, fp, fn = _confusion(labels, predictions)
+    return (tp * tn - fp * fn) / ((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn)) ** 0.5
+
+
+def matthews_nan(labels, predictions):
+    labels, predictions = np.asarray(labels), np.asarray(predictions)
+    tp, tn = np.sum((labels == 1) & (predictions == 1)), np.sum((labels == 0) & (predictions == 0))
+    fp, fn = np.sum((labels == 0) & (predictions == 1)), np.sum((labels == 1) & (predictions == 0))
+    return (tp * tn - fp * fn) / np.sqrt(float((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn)))
+
+
+def test_matthews_reference_is_scikit_learns():
+    metrics = pytest.importorskip("sklearn.metrics")
+    for _, labels, predictions in ct._matthews_cases():
+        reference = ct._correlation(labels.astype(float), predictions.astype(float))
+        assert reference == pytest.approx(metrics.matthews_corrcoef(labels, predictions), abs=1e-12)
+
+
+def test_matthews_accepts_right_answers(capsys):
+    ct.check_matthews(matthews)
+    ct.check_matthews(matthews_fp_fn_swapped)
+    assert capsys.readouterr().out.startswith("✔")
+
+
+@pytest.mark.parametrize(
+    "answer, words",
+    [
+        (accuracy, ("accuracy",)),
+        (matthews_tn_fn_swapped, ("swapped TN and FN",)),
+        (matthews_without_root, ("square root",)),
+        (matthews_plus, ("wrong sign",)),
+        (matthews_dividing_by_zero, ("ZeroDivisionError", "return 0.0 instead of dividing")),
+        (matthews_nan, ("nan", "return 0.0 instead of dividing")),
+    ],
+)
+def test_matthews_names_the_mistake(answer, words):
+    _fails(ct.check_matthews, answer, words=words)
+
+
+def test_matthews_reports_a_stub_as_missing():
+    _fails(ct.check_matthews, _stub, words=(MISSING,))
+
+
+# --------------------------------------------------------------------------------------------------
+# Lab 8: check_span_ablation
+# --------------------------------------------------------------------------------------------------
+
+
+def ablate(model, score):
+    n, scores = len(encoder_layers(model)), {}
+    for i in range(n):
+        for j in range(i, n):
+            set_adapters_enabled(model, False, layers=list(range(i, j + 1)))
+            try:
+                scores[i, j] = score(model)
+            finally:
+                set_adapters_enabled(model, True)
+    return scores
+
+
+def ablate_never_restoring(model, score):
+    n, scores = len(encoder_layers(model)), {}
+    for i in range(n):
+        for j in range(i, n):
+            set_adapters_enabled(model, False, layers=list(range(i, j + 1)))
+            scores[i, j] = score(model)
+    return scores
+
+
+def ablate_j_exclusive(model, score):
+    n, scores = len(encoder_layers(model)), {}
+    for i in range(n):
+        for j in range(i, n):
+            if j > i:
+                set_adapters_enabled(model, False, layers=list(range(i, j)))
+            try:
+                scores[i, j] = score(model)
+            finally:
+                set_adapters_enabled(model, True)
+    return scores
+
+
+def ablate_all_layers(model, score):
+    n, scores = len(encoder_layers(model)), {}
+    for i in range(n):
+        for j in range(i, n):
+            set_adapters_enabled(model, False)
+            try:
+                scores[i, j] = score(model)
+            finally:
+                set_adapters_enabled(model, True)
+    return scores
+
+
+def ablate_restoring_last_span(model, score):
+    n, scores, span = len(encoder_layers(model)), {}, []
+    for i in range(n):
+        for j in range(i, n):
+            span = list(range(i, j + 1))
+            set_adapters_enabled(model, False, layers=span)
+            scores[i, j] = score(model)
+    set_adapters_enabled(model, True, layers=span)
+    return scores
+
+
+def ablate_without_finally(model, score):
+    n, scores = len(encoder_layers(model)), {}
+    for i in range(n):
+        for j in range(i, n):
+            set_adapters_enabled(model, False, layers=list(range(i, j + 1)))
+            scores[i, j] = score(model)
+            set_adapters_enabled(model, True)
+    return scores
+
+
+def ablate_swallowing_errors(model, score):
+    n, scores = len(encoder_layers(model)), {}
+    for i in range(n):
+        for j in range(i, n):
+            set_adapters_enabled(model, False, layers=list(range(i, j + 1)))
+            try:
+                scores[i, j] = score(model)
+            except RuntimeError:
+                scores[i, j] = float("nan")
+            finally:
+                set_adapters_enabled(model, True)
+    return scores
+
+
+def ablate_by_zeroing(model, score):
+    """Switches adapters off by zeroing their up-projections, and never puts the weights back."""
+    n, scores = len(encoder_layers(model)), {}
+    saved = copy.deepcopy(model.state_dict())
+    for i in range(n):
+        for j in range(i, n):
+            model.load_state_dict(saved)
+            set_adapters_enabled(model, False, layers=list(range(i, j + 1)))
+            scores[i, j] = score(model)
+            set_adapters_enabled(model, True)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "adapter.up" in name:
+                parameter.zero_()
+    return scores
+
+
+def test_span_ablation_accepts_the_right_loop(capsys):
+    ct.check_span_ablation(ablate)
+    assert capsys.readouterr().out.startswith("✔")
+
+
+@pytest.mark.parametrize(
+    "answer, words",
+    [
+        (ablate_never_restoring, ("stay off while the next span",)),
+        (ablate_j_exclusive, ("one layer short", "range(i, j + 1)")),
+        (ablate_all_layers, ("all adapters off", "only the layers i..j")),
+        (ablate_restoring_last_span, ("stay off while the next span",)),
+        (ablate_without_finally, ("finally",)),
+        (ablate_swallowing_errors, ("let the error reach the caller",)),
+        (ablate_by_zeroing, ("weights or outputs differ",)),
+    ],
+)
+def test_span_ablation_names_the_mistake(answer, words):
+    _fails(ct.check_span_ablation, answer, words=words)
+
+
+def test_span_ablation_reports_a_stub_as_missing():
+    _fails(ct.check_span_ablation, _stub, words=(MISSING,))
+
+
+# --------------------------------------------------------------------------------------------------
+# Lab 9: check_serving
+# --------------------------------------------------------------------------------------------------
+
+
+def _groups(requests):
+    groups = {}
+    for index, (task, _) in enumerate(requests):
+        groups.setdefault(task, []).append(index)
+    return groups
+
+
+def _run(model, requests, indices):
+    with torch.no_grad():
+        return model(input_ids=torch.stack([requests[k][1] for k in indices])).logits
+
+
+def serve(model, adapter_sets, requests):
+    outputs = [None] * len(requests)
+    for task, indices in _groups(requests).items():
+        load_adapter_set(model, adapter_sets[task])
+        for k, row in zip(indices, _run(model, requests, indices)):
+            outputs[k] = row
+    return outputs
+
+
+def serve_one_task(model, adapter_sets, requests):
+    load_adapter_set(model, adapter_sets[requests[0][0]])
+    return list(_run(model, requests, range(len(requests))))
+
+
+def serve_grouped_order(model, adapter_sets, requests):
+    outputs = []
+    for task, indices in _groups(requests).items():
+        load_adapter_set(model, adapter_sets[task])
+        outputs.extend(_run(model, requests, indices))
+    return outputs
+
+
+def serve_loading_after_running(model, adapter_sets, requests):
+    outputs = [None] * len(requests)
+    for task, indices in _groups(requests).items():
+        for k, row in zip(indices, _run(model, requests, indices)):
+            outputs[k] = row
+        load_adapter_set(model, adapter_sets[task])
+    return outputs
+
+
+def serve_never_loading(model, adapter_sets, requests):
+    return list(_run(model, requests, range(len(requests))))
+
+
+def serve_one_by_one(model, adapter_sets, requests):
+    outputs = []
+    for task, ids in requests:
+        load_adapter_set(model, adapter_sets[task])
+        outputs.append(_run(model, [(task, ids)], [0])[0])
+    return outputs
+
+
+def test_serving_accepts_the_grouped_server(capsys):
+    ct.check_serving(serve)
+    assert capsys.readouterr().out.startswith("✔")
+
+
+@pytest.mark.parametrize(
+    "answer, words",
+    [
+        (serve_one_task, ("Every request was answered with the 'grammar' adapter set",)),
+        (serve_never_loading, ("Every request was answered with the 'topic' adapter set",)),
+        (serve_grouped_order, ("grouped order",)),
+        (serve_loading_after_running, ("still loaded from before", "before running that group")),
+        (serve_one_by_one, ("forward passes", "batch each task's requests together")),
+    ],
+)
+def test_serving_names_the_mistake(answer, words):
+    _fails(ct.check_serving, answer, words=words)
+
+
+def test_serving_reports_a_stub_as_missing():
+    _fails(ct.check_serving, _stub, words=(MISSING,))
