@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+#: The instructor notebooks; read when a function is called, so that a test can point it elsewhere.
 LABS_DIR = Path(__file__).resolve().parent.parent / "labs"
 
 
@@ -15,20 +16,20 @@ class LabNotFoundError(ValueError):
     """A lab name that matches no notebook, or more than one."""
 
 
-def all_labs(labs_dir: Path | str = LABS_DIR) -> list[Path]:
-    """Every notebook in `labs_dir`, in teaching order (the file names start with the lab number)."""
-    labs_dir = Path(labs_dir)
+def all_labs(labs_dir: Path | str | None = None) -> list[Path]:
+    """Every notebook in `labs_dir` (default: the repository's labs/), in teaching order (names start with the lab number)."""
+    labs_dir = Path(LABS_DIR if labs_dir is None else labs_dir)
     if not labs_dir.is_dir():
         raise LabNotFoundError(f"labs folder {labs_dir} does not exist: run this from a clone of the repository")
     return sorted(labs_dir.glob("[0-9]*.ipynb"))
 
 
-def find_labs(names: list[str] | None = None, labs_dir: Path | str = LABS_DIR) -> list[Path]:
+def find_labs(names: list[str] | None = None, labs_dir: Path | str | None = None) -> list[Path]:
     """The notebooks for `names` (all labs when None or empty), each found exactly once."""
     labs = all_labs(labs_dir)
     if not names:
         if not labs:
-            raise LabNotFoundError(f"no lab notebooks (NN_name.ipynb) in {labs_dir}")
+            raise LabNotFoundError(f"no lab notebooks (NN_name.ipynb) in {labs_dir or LABS_DIR}")
         return labs
     return [_find_one(name, labs) for name in names]
 

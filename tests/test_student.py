@@ -1,31 +1,50 @@
-"""Student copies: solutions become NotImplementedError stubs, and the labs' self-checks notice.
+"""Student copies: solutions become NotImplementedError stubs, nothing gives an answer away, and the labs' self-checks notice.
 
-The first tests run the stubbing on small hand-written cells. The last one executes each lab that
-has exercises (CI profile), once as the student copy and once as the instructor's notebook, up to
-its last self-check cell, and reads the outputs.
+The first tests run the stubbing and the output clearing on small hand-written notebooks, then
+the writing of copies: what it refuses, what it does with a broken lab or folder, and how it keeps
+a student's edited copy. `run.py lab --student` is tried with JupyterLab replaced by a recorder.
+Then every real lab's student copy is scanned for anything the instructor's notebook would give
+away, with the secrets read from the instructor's notebook itself. The last test executes each lab
+that has exercises (CI profile), once as the student copy and once as the instructor's notebook, up
+to its last self-check cell, and reads the outputs.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import copy
+import importlib.util
+import json
+import os
 import re
+import subprocess
+import sys
 import textwrap
+from pathlib import Path
 
 import nbformat
 import pytest
+from IPython.core.inputtransformer2 import TransformerManager
 from nbclient import NotebookClient
 
-from adapterlab import checks
+from adapterlab import labfiles, student
 from adapterlab.labfiles import LabNotFoundError, all_labs
 from adapterlab.student import (
     GENERIC_HINT,
+    RECORD,
+    BrokenNotebookError,
+    RefusedOutput,
     SolutionMarkerError,
+    UnwritableOutput,
+    calls_check,
     make_student_copies,
     stub_solutions,
     student_command,
     student_notebook,
 )
+
+ROOT = Path(__file__).resolve().parents[1]
 
 EXERCISE = textwrap.dedent(
     """\
@@ -100,62 +119,441 @@ def test_unbalanced_markers_are_reported_with_the_cell(source, complaint):
     assert "lab.ipynb, cell 7" in str(error.value)
 
 
+# --------------------------------------------------------------------------------------------------
+# Which outputs a student copy clears
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "checks.check_fold(my_fold)",
+        "check_fold(my_fold)",
+        "checks_training.check_mcc(my_mcc)",
+        "from adapterlab import checks as c\nresult = c.check_param_count(\n    my_count,\n)",
+        "%time checks.check_fold(my_fold)",  # IPython magics: not Python until IPython rewrites them
+        "%%capture shown\nchecks.check_fold(my_fold)",
+        "if True:\n    [adapterlab.checks.check_adapter_class(MyAdapter)]",
+    ],
+)
+def test_a_check_call_is_recognised_however_it_is_written(source):
+    assert calls_check(source)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "# now run checks.check_fold(my_fold) below",
+        "print('call check_fold(my_fold) next')",
+        "def check_mine(x):\n    return x",
+        "recheck_all(x)",
+        "from adapterlab.checks import check_fold",
+        "%time train(model)",
+        "!echo check_fold(x)",
+    ],
+)
+def test_a_check_only_named_in_a_comment_string_or_definition_is_not_a_call(source):
+    assert not calls_check(source)
+
+
+def code_cell(source, output_text, tags=None, slide="-"):
+    metadata = {"slideshow": {"slide_type": slide}, **({"tags": tags} if tags else {})}
+    cell = nbformat.v4.new_code_cell(source, execution_count=1, metadata=metadata)
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=output_text)]
+    return cell
+
+
 def small_lab():
+    """A lab with a plain cell, an exercise, its check, an answer-tagged result, a prediction and a later cell."""
     nb = nbformat.v4.new_notebook(metadata={"title": "a lab"})
-    intro = nbformat.v4.new_code_cell("print('hello')", execution_count=1, metadata={"slideshow": {"slide_type": "slide"}})
-    intro.outputs = [nbformat.v4.new_output("stream", name="stdout", text="hello\n")]
-    exercise = nbformat.v4.new_code_cell(EXERCISE, execution_count=2, metadata={"tags": ["exercise"]})
-    exercise.outputs = [nbformat.v4.new_output("execute_result", data={"text/plain": "6"}, execution_count=2)]
-    check = nbformat.v4.new_code_cell("print(double(3) == 6)", execution_count=3)
-    check.outputs = [nbformat.v4.new_output("stream", name="stdout", text="True\n")]
-    nb.cells = [nbformat.v4.new_markdown_cell("# Lab\n### BEGIN SOLUTION is text here"), intro, exercise, check]
+    exercise = nbformat.v4.new_code_cell(EXERCISE + "print(double(3))\n", execution_count=2, metadata={"tags": ["exercise"]})
+    exercise.outputs = [nbformat.v4.new_output("stream", name="stdout", text="6\n")]
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# Lab\n### BEGIN SOLUTION is text here"),
+        code_cell("print('hello')", "hello\n", slide="slide"),
+        exercise,
+        code_cell("checks.check_double(double)", "✔ double(3) = 6\n"),
+        code_cell("print(double(21))", "42\n", tags=["answer"]),
+        nbformat.v4.new_markdown_cell("**Predict.** Is double(0) zero?\n\n(a) yes (b) no", metadata={"tags": ["prediction"]}),
+        code_cell('my_prediction = "a"  # write "a", "b" or "c", then run the cells below', "", tags=["prediction"], slide="skip"),
+        code_cell("# the check_double(double) above ran\nprint(torch.ones(2).sum())", "tensor(2.)\n"),
+    ]
     return nb
 
 
-def test_student_notebook_clears_only_the_exercise_outputs():
+def test_student_notebook_clears_every_output_that_gives_the_answer_away():
     original = small_lab()
-    student = student_notebook(copy.deepcopy(original))
-    assert student.metadata == original.metadata
-    for index in (0, 1, 3):
-        assert student.cells[index] == original.cells[index]
-    exercise = student.cells[2]
-    assert exercise.outputs == [] and exercise.execution_count is None
-    assert exercise.metadata == original.cells[2].metadata
-    assert "raise NotImplementedError" in exercise.source
+    copy_ = student_notebook(copy.deepcopy(original))
+    assert copy_.metadata == original.metadata
+    for index in (0, 1, 5, 7):  # markdown, a plain cell, the prediction question, a cell that only mentions a check
+        assert copy_.cells[index] == original.cells[index]
+    for index in (2, 3, 4, 6):  # the exercise, its check, the answer-tagged cell, the prediction answer
+        assert copy_.cells[index].outputs == [] and copy_.cells[index].execution_count is None
+        assert copy_.cells[index].metadata == original.cells[index].metadata
+    assert "raise NotImplementedError" in copy_.cells[2].source and "2 * x" not in copy_.cells[2].source
+    assert copy_.cells[3].source == original.cells[3].source and copy_.cells[4].source == original.cells[4].source
+    assert copy_.cells[6].source == 'my_prediction = ""  # write "a", "b" or "c", then run the cells below'
+
+
+# --------------------------------------------------------------------------------------------------
+# Writing copies: refusals, broken input, atomic writes, a student's own edits
+# --------------------------------------------------------------------------------------------------
+
+
+def write_lab(folder: Path, name: str = "01_small.ipynb", nb=None) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb or small_lab(), folder / name)
+    return folder / name
+
+
+def files_under(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def labs_dir(tmp_path, monkeypatch):
+    """A labs/ folder of two small labs standing in for the repository's, so no test can touch the real ones."""
+    folder = tmp_path / "repo" / "labs"
+    write_lab(folder, "01_small.ipynb")
+    write_lab(folder, "02_other.ipynb")
+    monkeypatch.setattr(labfiles, "LABS_DIR", folder)
+    return folder
+
+
+def student_run(labs, out, capsys) -> tuple[int, str, str]:
+    code = student_command(argparse.Namespace(labs=labs, out=str(out)))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
 
 
 def test_make_student_copies_writes_copies_and_leaves_the_lab_alone(tmp_path):
-    lab = tmp_path / "01_small.ipynb"
-    nbformat.write(small_lab(), lab)
+    lab = write_lab(tmp_path / "src")
     before = lab.read_bytes()
     [written] = make_student_copies([str(lab)], tmp_path / "student")
-    assert written == tmp_path / "student" / "01_small.ipynb"
+    assert written.path == tmp_path / "student" / "01_small.ipynb" and written.status == student.NEW
     assert lab.read_bytes() == before
-    assert "NotImplementedError" in nbformat.read(written, as_version=4).cells[2].source
+    assert "NotImplementedError" in nbformat.read(written.path, as_version=4).cells[2].source
+    assert sorted(os.listdir(tmp_path / "student")) == sorted([RECORD, "01_small.ipynb"])  # no temporary file left
 
 
 def test_unknown_lab_is_a_clear_error(tmp_path, capsys):
     with pytest.raises(LabNotFoundError, match="'99_nope' not found"):
         make_student_copies(["99_nope"], tmp_path)
-    assert student_command(argparse.Namespace(labs=["99_nope"], out=str(tmp_path))) == 2
-    assert "99_nope" in capsys.readouterr().err
+    code, _, err = student_run(["99_nope"], tmp_path, capsys)
+    assert code == 2 and "99_nope" in err
+
+
+@pytest.mark.parametrize(
+    "out",
+    [
+        lambda labs: labs,
+        lambda labs: labs / ".." / "labs",
+        lambda labs: labs / "student",
+    ],
+    ids=["labs", "labs-by-another-path", "inside-labs"],
+)
+def test_copies_are_never_written_into_the_instructor_labs_folder(labs_dir, out, capsys):
+    before = files_under(labs_dir)
+    code, printed, err = student_run([], out(labs_dir), capsys)
+    assert code == 2 and printed == ""
+    assert err.count("\n") == 1 and "instructor notebooks" in err and "--out" in err
+    assert files_under(labs_dir) == before
+
+
+def test_a_link_to_the_labs_folder_is_refused_too(labs_dir, tmp_path, capsys):
+    (tmp_path / "link").symlink_to(labs_dir, target_is_directory=True)
+    before = files_under(labs_dir)
+    assert student_run(["01"], tmp_path / "link", capsys)[0] == 2
+    assert files_under(labs_dir) == before
+
+
+def test_the_folder_of_a_notebook_given_by_path_is_refused(tmp_path, capsys):
+    lab = write_lab(tmp_path / "course")
+    before = lab.read_bytes()
+    code, _, err = student_run([str(lab)], tmp_path / "course", capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert lab.read_bytes() == before
+
+
+def test_an_output_that_is_the_source_file_itself_is_refused(tmp_path, capsys):
+    lab = write_lab(tmp_path / "src")
+    (tmp_path / "out").mkdir()
+    os.link(lab, tmp_path / "out" / lab.name)  # the same file under another folder
+    before = lab.read_bytes()
+    code, _, err = student_run([str(lab)], tmp_path / "out", capsys)
+    assert code == 2 and "instructor notebook 01_small.ipynb itself" in err and err.count("\n") == 1
+    assert lab.read_bytes() == before and os.listdir(tmp_path / "out") == [lab.name]
+
+
+def unbalanced_lab():
+    nb = small_lab()
+    nb.cells[2].source = "### BEGIN SOLUTION\ny = 2\n"
+    return nb
+
+
+@pytest.mark.parametrize(
+    "content, fix",
+    [
+        ("{ this is not json", "not a valid notebook"),
+        ("[1, 2]", "not a valid notebook"),
+        ('{"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [{"cell_type": "code"}]}', "not a valid notebook"),
+        (nbformat.writes(unbalanced_lab()), "add ### END SOLUTION"),
+    ],
+    ids=["not-json", "json-but-no-notebook", "a-cell-without-source", "unbalanced-markers"],
+)
+def test_a_broken_lab_is_named_with_its_fix_and_nothing_is_written(tmp_path, capsys, content, fix):
+    good = write_lab(tmp_path / "src", "01_good.ipynb")
+    broken = tmp_path / "src" / "02_broken.ipynb"
+    broken.write_text(content)
+    code, printed, err = student_run([str(good), str(broken)], tmp_path / "out", capsys)
+    assert code == 1 and printed == ""
+    assert err.count("\n") == 1 and "02_broken.ipynb" in err and fix in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "out").exists()  # the good lab was not written either
+
+
+def test_an_output_folder_that_cannot_be_made_is_one_line(tmp_path, capsys):
+    lab = write_lab(tmp_path / "src")
+    (tmp_path / "a_file").write_text("not a folder")
+    for out in (tmp_path / "a_file", tmp_path / "a_file" / "student"):
+        code, printed, err = student_run([str(lab)], out, capsys)
+        assert code == 1 and printed == ""
+        assert err.count("\n") == 1 and str(out) in err and "--out" in err
+    assert (tmp_path / "a_file").read_text() == "not a folder"
+
+
+def test_a_failure_while_writing_leaves_no_copy_and_no_temporary_file(tmp_path, monkeypatch, capsys):
+    labs = [write_lab(tmp_path / "src", f"0{n}_lab.ipynb") for n in (1, 2, 3)]
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("the student's own file")
+    real_stage, calls = student._stage, []
+
+    def stage_then_fail(*args):
+        calls.append(args[1])
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        return real_stage(*args)
+
+    monkeypatch.setattr(student, "_stage", stage_then_fail)
+    code, _, err = student_run([str(lab) for lab in labs], out, capsys)
+    assert code == 1 and "No space left on device" in err and err.count("\n") == 1
+    assert files_under(out) == {"notes.txt": b"the student's own file"}
+
+
+def edit(path: Path, text: str) -> None:
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[2].source += f"\n# {text}\n"
+    nbformat.write(nb, path)
+
+
+def test_a_student_s_edited_copy_is_never_lost(tmp_path, capsys):
+    lab = write_lab(tmp_path / "src")
+    out = tmp_path / "out"
+    [first] = make_student_copies([str(lab)], out)
+    assert first.status == student.NEW
+
+    [again] = make_student_copies([str(lab)], out)
+    assert again.status == student.UP_TO_DATE
+
+    edit(first.path, "my work in progress")
+    mine = first.path.read_bytes()
+    [kept] = make_student_copies([str(lab)], out)  # the lab has not changed: the student's copy stays as it is
+    assert kept.status == student.YOURS and first.path.read_bytes() == mine
+
+    edit(lab, "the instructor fixed a typo")  # the lab changed too: a fresh copy, and the student's beside it
+    [replaced] = make_student_copies([str(lab)], out)
+    assert replaced.status == student.REPLACED and replaced.kept.parent == out
+    assert replaced.kept.read_bytes() == mine
+    assert "fixed a typo" in first.path.read_text() and "my work in progress" not in first.path.read_text()
+    assert str(replaced.kept) in replaced.describe()
+
+    edit(lab, "and another")  # the student has not touched the new copy: it is simply updated
+    [updated] = make_student_copies([str(lab)], out)
+    assert updated.status == student.UPDATED and updated.kept is None
+    assert "and another" in first.path.read_text()
+    assert sorted(p.name for p in out.glob("*.ipynb")) == sorted([first.path.name, replaced.kept.name])
+
+
+def test_a_copy_nothing_is_known_about_is_kept_when_it_differs(tmp_path):
+    lab = write_lab(tmp_path / "src")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / lab.name).write_text("a notebook the student made\n")
+    [result] = make_student_copies([str(lab)], out)
+    assert result.status == student.REPLACED
+    assert result.kept.read_text() == "a notebook the student made\n"
+    assert json.loads((out / RECORD).read_text()).keys() == {lab.name}
+
+
+# --------------------------------------------------------------------------------------------------
+# run.py: the student's command
+# --------------------------------------------------------------------------------------------------
+
+
+def load_run_py():
+    spec = importlib.util.spec_from_file_location("run_py", ROOT / "run.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_run_py_uses_only_the_standard_library():
+    tree = ast.parse((ROOT / "run.py").read_text())
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level == 0}
+    assert imported - {"__future__"} <= sys.stdlib_module_names
+
+
+@pytest.fixture
+def run_py(tmp_path, monkeypatch):
+    """run.py with the environment taken as ready and JupyterLab replaced by a recorder; the package runs for real."""
+    run = load_run_py()
+    monkeypatch.setattr(run, "ensure_environment", lambda: None)
+    monkeypatch.setattr(run, "venv_python", lambda: Path(sys.executable))
+    monkeypatch.setattr(run, "STUDENT_DIR", tmp_path / "build" / "student")
+    real_call, run.opened = subprocess.call, []
+
+    def call(command, **kwargs):
+        if command[1:3] == ["-m", "jupyter"]:
+            run.opened.append(command[3:])
+            return 0
+        return real_call(command, **kwargs)
+
+    monkeypatch.setattr(run.subprocess, "call", call)
+    return run
+
+
+def test_run_py_lab_student_writes_the_copies_and_opens_them(run_py, capsys):
+    assert run_py.main(["lab", "--student", "--no-browser"]) == 0
+    assert run_py.opened == [["lab", str(run_py.STUDENT_DIR), "--no-browser"]]
+    copies = sorted(p.name for p in run_py.STUDENT_DIR.glob("*.ipynb"))
+    assert copies == [lab.name for lab in all_labs()]
+    for lab in all_labs():
+        assert "### BEGIN SOLUTION" not in (run_py.STUDENT_DIR / lab.name).read_text()
+
+    edit(run_py.STUDENT_DIR / copies[1], "the student's answer")
+    mine = (run_py.STUDENT_DIR / copies[1]).read_bytes()
+    assert run_py.main(["lab", "--student"]) == 0  # a second start keeps the student's work
+    kept = run_py.STUDENT_DIR.glob(f"{Path(copies[1]).stem}*.ipynb")  # beside a new copy, if the lab changed meanwhile
+    assert mine in [path.read_bytes() for path in kept]
+
+
+def test_run_py_lab_without_student_is_the_instructor_view(run_py):
+    assert run_py.main(["lab"]) == 0
+    assert run_py.opened == [["lab", str(ROOT / "labs")]]
+    assert not run_py.STUDENT_DIR.exists()
+
+
+def test_run_py_help_and_usage(run_py, capsys):
+    assert run_py.main(["--help"]) == 0
+    assert "lab --student" in capsys.readouterr().out
+    assert run_py.main(["nonsense"]) == 2
+    assert "lab --student" in capsys.readouterr().err
+
+
+def test_readme_shows_students_their_copies_first():
+    readme = (ROOT / "README.md").read_text()
+    commands = re.findall(r"^\s+(python3 run\.py [^\n]*)$", readme, flags=re.M)
+    assert commands[0].strip() == "python3 run.py lab --student"
+    assert "python3 run.py lab" in [c.strip() for c in commands]
+
+
+# --------------------------------------------------------------------------------------------------
+# The real labs, scanned: the student copy gives nothing away
+# --------------------------------------------------------------------------------------------------
+
+#: A call of a check_ function on a line that is not a comment (independent of calls_check's parser).
+CHECK_LINE = re.compile(r"^[^#\n]*\bcheck_\w+\s*\(", re.M)
+
+
+def is_check(cell) -> bool:
+    """A code cell that calls one of the self-checks' check_* functions."""
+    return cell.cell_type == "code" and bool(CHECK_LINE.search(cell.source))
+
+
+def has_solution(cell) -> bool:
+    return cell.cell_type == "code" and "### BEGIN SOLUTION" in cell.source
+
+
+def solution_regions(source: str) -> list[list[str]]:
+    """The lines inside each BEGIN/END SOLUTION pair of a cell."""
+    regions, inside = [], None
+    for line in source.splitlines():
+        if line.strip() == "### BEGIN SOLUTION":
+            inside = []
+        elif line.strip() == "### END SOLUTION":
+            regions.append(inside)
+            inside = None
+        elif inside is not None:
+            inside.append(line)
+    return regions
+
+
+def secret_lines(nb) -> set[str]:
+    """Solution lines (not hints, not blank) that the instructor's code shows nowhere outside a solution."""
+    inside = {line.strip() for cell in nb.cells if has_solution(cell) for region in solution_regions(cell.source) for line in region}
+    outside = set()
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            region_lines = {line for region in solution_regions(cell.source) for line in region}
+            outside |= {line.strip() for line in cell.source.splitlines() if line not in region_lines}
+    return {line for line in inside - outside if line and not line.startswith("# HINT:")}
+
+
+def output_lines(cell) -> list[str]:
+    lines = []
+    for output in cell.get("outputs", []):
+        text = output.get("text") or "".join(output.get("data", {}).get("text/plain", "")) or output.get("evalue", "")
+        lines += text.splitlines()
+    return lines
+
+
+def raises_not_implemented(node) -> bool:
+    return (
+        isinstance(node, ast.Raise)
+        and isinstance(node.exc, ast.Call)
+        and getattr(node.exc.func, "id", None) == "NotImplementedError"
+    )
+
+
+@pytest.fixture(scope="module")
+def student_copies(tmp_path_factory):
+    out = tmp_path_factory.mktemp("student")
+    return {result.path.name: nbformat.read(result.path, as_version=4) for result in make_student_copies(None, out)}
+
+
+@pytest.mark.parametrize("lab", all_labs(), ids=lambda lab: lab.stem)
+def test_the_student_copy_gives_nothing_away(lab, student_copies):
+    instructor = nbformat.read(lab, as_version=4)
+    copy_ = student_copies[lab.name]
+    assert len(copy_.cells) == len(instructor.cells)
+
+    copy_sources = {line.strip() for cell in copy_.cells for line in cell.source.splitlines()}
+    survivors = secret_lines(instructor) & copy_sources
+    assert not survivors, f"solution lines left in the student copy: {sorted(survivors)}"
+
+    success_lines = {line for cell in instructor.cells if is_check(cell) for line in output_lines(cell) if line.startswith("✔")}
+    for index, cell in enumerate(copy_.cells):
+        shown = output_lines(cell)
+        assert not success_lines & set(shown), f"cell {index} shows a check's ✔ line"
+        if is_check(cell):
+            assert not [line for line in shown if line.lstrip().startswith("✔")], f"check cell {index} keeps its ✔ line"
+        if "answer" in cell.metadata.get("tags", []):
+            assert cell.get("outputs") == [], f"cell {index} is tagged answer but keeps its output"
+
+    for index, cell in enumerate(instructor.cells):
+        if has_solution(cell):
+            stubbed = copy_.cells[index]
+            assert stubbed.outputs == [] and stubbed.execution_count is None
+            python = TransformerManager().transform_cell(stubbed.source)  # IPython's own reading of %magic lines
+            stubs = [node for node in ast.walk(ast.parse(python)) if raises_not_implemented(node)]
+            assert len(stubs) == len(solution_regions(cell.source)), f"exercise cell {index}: one stub per solution"
 
 
 # --------------------------------------------------------------------------------------------------
 # The real labs, executed
 # --------------------------------------------------------------------------------------------------
-
-CHECK_FUNCTIONS = sorted(name for name in dir(checks) if name.startswith("check_") and callable(getattr(checks, name)))
-CHECK_CALL = re.compile(r"\b(" + "|".join(CHECK_FUNCTIONS) + r")\s*\(")
-
-
-def is_check(cell) -> bool:
-    """A code cell that calls one of adapterlab.checks' check_* functions."""
-    return cell.cell_type == "code" and bool(CHECK_CALL.search(cell.source))
-
-
-def has_solution(cell) -> bool:
-    return cell.cell_type == "code" and "### BEGIN SOLUTION" in cell.source
 
 
 def labs_with_exercises():
@@ -168,7 +566,7 @@ def exercises_and_checks(nb) -> list[tuple[int, int]]:
     for index, cell in enumerate(nb.cells):
         if has_solution(cell):
             following = [j for j in range(index + 1, len(nb.cells)) if is_check(nb.cells[j])]
-            assert following, f"exercise cell {index} has no self-check cell (adapterlab.checks) after it"
+            assert following, f"exercise cell {index} has no self-check cell after it"
             pairs.append((index, following[0]))
     return pairs
 
@@ -195,10 +593,10 @@ def test_student_copy_fails_plainly_and_instructor_copy_passes(lab, tmp_path, mo
     instructor = nbformat.read(lab, as_version=4)
     pairs = exercises_and_checks(instructor)
     last = max(check for _, check in pairs)
-    [student_file] = make_student_copies([str(lab)], tmp_path)
-    student = nbformat.read(student_file, as_version=4)
+    [result] = make_student_copies([str(lab)], tmp_path)
+    student_copy = nbformat.read(result.path, as_version=4)
 
-    ran = execute_until(student, last, lab.parent)
+    ran = execute_until(student_copy, last, lab.parent)
     for exercise, check in pairs:
         stub_errors = [e.ename for e in errors(ran[exercise])]
         assert stub_errors in ([], ["NotImplementedError"]), f"exercise cell {exercise} failed with {stub_errors}"
