@@ -1,13 +1,18 @@
-"""One command for each job, with all setup done on the way: `python3 run.py lab` or `python3 run.py test`.
+"""One command for each job, with all setup done on the way: `python3 run.py lab --student`, `lab` or `test`.
 
 Creates a virtual environment in .venv (once, and again whenever pyproject.toml changes), installs
 PyTorch first and then adapterlab with its test extras, and then:
 
-* ``lab``  — opens JupyterLab on labs/ (extra arguments go to ``jupyter lab``);
+* ``lab --student`` — for students: writes their copies of the labs (solutions stubbed out) into
+  build/student/ and opens JupyterLab there. The copies are refreshed when a lab changes; a copy the
+  student has edited is never overwritten (``python -m adapterlab student`` keeps it and says so);
+* ``lab``  — for instructors: opens JupyterLab on labs/, the notebooks with their solutions
+  (extra arguments go to ``jupyter lab``);
 * ``test`` — runs the package tests and every lab under nbval in the fast CI profile
   (extra arguments go to pytest, e.g. ``python3 run.py test tests/test_adapter.py``).
 
-Only the standard library is used here, so it runs on any Python ≥ 3.10 before anything is installed.
+Only the standard library is used here, so it runs on any Python ≥ 3.10 before anything is installed;
+everything else is done by the package, through the virtual environment's Python.
 """
 
 from __future__ import annotations
@@ -22,6 +27,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 STAMP = VENV / "adapterlab-installed.txt"
+STUDENT_DIR = ROOT / "build" / "student"
+USAGE = """usage: python3 run.py lab --student   your copies of the labs, exercises to do (in build/student/)
+       python3 run.py lab             the instructor's labs, with solutions (in labs/)
+       python3 run.py test            the tests
+Extra arguments go to jupyter lab or to pytest."""
 # The CPU build of this version lies on the build machines' disk; elsewhere pip takes the normal build.
 TORCH = "torch==2.13.0"
 
@@ -52,15 +62,30 @@ def ensure_environment() -> None:
     STAMP.write_text(wanted + "\n")
 
 
+def write_student_copies(python: str) -> int:
+    """Write or refresh the student copies in build/student/; the package keeps any copy the student edited."""
+    return subprocess.call([python, "-m", "adapterlab", "student", "--out", os.path.relpath(STUDENT_DIR, ROOT)], cwd=ROOT)
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] in (["-h"], ["--help"]):
+        print(USAGE)
+        return 0
     if not argv or argv[0] not in ("lab", "test"):
-        print("usage: python3 run.py lab [jupyter lab args]   |   python3 run.py test [pytest args]", file=sys.stderr)
+        print(USAGE, file=sys.stderr)
         return 2
     job, extra = argv[0], argv[1:]
     ensure_environment()
     python = str(venv_python())
     if job == "lab":
-        return subprocess.call([python, "-m", "jupyter", "lab", str(ROOT / "labs"), *extra], cwd=ROOT)
+        folder = ROOT / "labs"
+        if "--student" in extra:
+            extra.remove("--student")
+            status = write_student_copies(python)
+            if status != 0:
+                return status
+            folder = STUDENT_DIR
+        return subprocess.call([python, "-m", "jupyter", "lab", str(folder), *extra], cwd=ROOT)
     env = dict(os.environ)
     env.setdefault("ADAPTERLAB_PROFILE", "ci")
     targets = extra or ["tests", "labs"]
