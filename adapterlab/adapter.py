@@ -19,10 +19,11 @@ Init schemes, and why there are three:
 from __future__ import annotations
 
 import math
-import numbers
 
 import torch
 from torch import nn
+
+from .validation import check_bool, check_choice, check_init_scale, check_positive_int
 
 ACTIVATIONS = ("gelu", "relu", "silu", "swish", "tanh", "identity")
 INIT_SCHEMES = ("houlsby", "zero_up", "bert")
@@ -34,7 +35,10 @@ BERT_INIT_STD = 0.02
 
 
 def make_activation(name: str) -> nn.Module:
-    """The nonlinearity f by name; ``identity`` gives the linear adapter that collapses to LoRA."""
+    """The nonlinearity f by name; ``identity`` gives the linear adapter that collapses to LoRA (lab 3).
+
+    Lab 1 plots each of them.
+    """
     modules = {
         "gelu": nn.GELU,
         "relu": nn.ReLU,
@@ -43,38 +47,7 @@ def make_activation(name: str) -> nn.Module:
         "tanh": nn.Tanh,
         "identity": nn.Identity,
     }
-    if not isinstance(name, str) or name not in modules:
-        raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}; got {name!r}")
-    return modules[name]()
-
-
-def check_positive_int(name: str, value) -> int:
-    """Sizes must be true integers ≥ 1: a float or a bool would silently truncate or mislead.
-
-    Any integral type (Python or NumPy) is accepted and returned as a plain int.
-    """
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1; got {value!r}")
-    return int(value)
-
-
-def check_init_scale(value) -> float:
-    """A standard deviation: finite and non-negative (0 gives a zero-initialised adapter)."""
-    if isinstance(value, (bool, str)):
-        raise ValueError(f"init_scale must be a finite number >= 0; got {value!r}")
-    try:
-        scale = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"init_scale must be a finite number >= 0; got {value!r}") from None
-    if not math.isfinite(scale) or scale < 0:
-        raise ValueError(f"init_scale must be a finite number >= 0 (the paper uses 1e-2); got {value!r}")
-    return scale
-
-
-def check_init(init: str) -> str:
-    if init not in INIT_SCHEMES:
-        raise ValueError(f"init must be one of {', '.join(INIT_SCHEMES)}; got {init!r}")
-    return init
+    return modules[check_choice("activation", name, ACTIVATIONS)]()
 
 
 def store_transposed(linear: nn.Linear) -> None:
@@ -92,7 +65,8 @@ def store_transposed(linear: nn.Linear) -> None:
 class BottleneckAdapter(nn.Module):
     """h + up(f(down(h))): a residual two-layer MLP through a bottleneck of width r.
 
-    Parameters: 2·r·d + r + d with biases, 2·r·d without.
+    Parameters: 2·r·d + r + d with biases, 2·r·d without. Lab 1 builds it step by step; labs 2-4 measure
+    its init, fold it and count it.
     """
 
     def __init__(
@@ -109,8 +83,9 @@ class BottleneckAdapter(nn.Module):
         self.bottleneck = check_positive_int("bottleneck", bottleneck)
         self.activation_name = activation
         self.act = make_activation(activation)
-        self.init = check_init(init)
+        self.init = check_choice("init", init, INIT_SCHEMES)
         self.init_scale = check_init_scale(init_scale)
+        check_bool("bias", bias)
         self.down = nn.Linear(self.d_model, self.bottleneck, bias=bias)
         self.up = nn.Linear(self.bottleneck, self.d_model, bias=bias)
         for linear in (self.down, self.up):
@@ -146,6 +121,12 @@ class BottleneckAdapter(nn.Module):
 
     def delta(self, h: torch.Tensor) -> torch.Tensor:
         """The correction up(f(down(h))) alone, without the residual (a parallel adapter adds this)."""
+        if h.ndim == 0 or h.shape[-1] != self.d_model:
+            width = "a scalar" if h.ndim == 0 else f"width {h.shape[-1]} (shape {tuple(h.shape)})"
+            raise ValueError(
+                f"this adapter was built for hidden states of width d_model={self.d_model}, but the input has "
+                f"{width}; pass inputs of shape (..., {self.d_model}) or build the adapter with that d_model"
+            )
         return self.up(self.act(self.down(h)))
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:

@@ -29,8 +29,9 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from .adapter import BottleneckAdapter, check_positive_int
+from .adapter import BottleneckAdapter
 from .placement import PlacementError, adapted_outputs, adapter_config, remove_adapters
+from .validation import check_positive_int
 
 # --------------------------------------------------------------------------------------------------
 # LoRA

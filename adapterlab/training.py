@@ -45,9 +45,10 @@ from accelerate.utils import gather_object, set_seed
 from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
-from .adapter import ACTIVATIONS, INIT_SCHEMES, check_init_scale, check_positive_int
+from .adapter import ACTIVATIONS, INIT_SCHEMES
 from .data import ORDERS, TokenizedSplit, batch_indices, collate, compute_metrics, get_task
 from .placement import METHODS, PLACEMENTS, apply_method, trainable_summary
+from .validation import check_bool, check_choice, check_init_scale, check_number, check_positive_int
 
 #: Peak learning rate when TrainConfig.learning_rate is None. Adapters, LayerNorms and the head start
 #: from (near) zero or from scratch and want a large rate; full fine-tuning and the top-k layers move
@@ -117,29 +118,6 @@ def pick_device(requested: str | torch.device = "auto") -> torch.device:
 # --------------------------------------------------------------------------------------------------
 
 
-def _check_number(name: str, value, low: float, *, low_inclusive: bool, high: float | None = None,
-                  high_inclusive: bool = True) -> float:
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-    ok = ok and (value >= low if low_inclusive else value > low)
-    ok = ok and (high is None or (value <= high if high_inclusive else value < high))
-    if not ok:
-        bounds = f"{'>=' if low_inclusive else '>'} {low:g}"
-        if high is not None:
-            bounds += f" and {'<=' if high_inclusive else '<'} {high:g}"
-        raise ValueError(f"{name} must be a finite number {bounds}; got {value!r}")
-    return float(value)
-
-
-def _check_choice(name: str, value, choices) -> None:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(map(str, choices))}; got {value!r}")
-
-
-def _check_bool(name: str, value) -> None:
-    if not isinstance(value, bool):
-        raise ValueError(f"{name} must be True or False; got {value!r}")
-
-
 @dataclass
 class TrainConfig:
     """Everything that decides a training run. Every field is checked (``validate``) when the config is
@@ -176,32 +154,32 @@ class TrainConfig:
         self.validate()
 
     def validate(self) -> "TrainConfig":
-        _check_choice("method", self.method, METHODS)
+        check_choice("method", self.method, METHODS)
         check_positive_int("bottleneck", self.bottleneck)
-        _check_choice("activation", self.activation, ACTIVATIONS)
-        _check_choice("init", self.init, INIT_SCHEMES)
+        check_choice("activation", self.activation, ACTIVATIONS)
+        check_choice("init", self.init, INIT_SCHEMES)
         check_init_scale(self.init_scale)
-        _check_bool("train_layernorm", self.train_layernorm)
+        check_bool("train_layernorm", self.train_layernorm)
         check_positive_int("top_k", self.top_k)
         if self.learning_rate is not None:
-            _check_number("learning_rate", self.learning_rate, 0, low_inclusive=False)
-        _check_number("epochs", self.epochs, 0, low_inclusive=False)
+            check_number("learning_rate", self.learning_rate, 0, low_inclusive=False)
+        check_number("epochs", self.epochs, 0, low_inclusive=False)
         if self.max_steps is not None:
             check_positive_int("max_steps", self.max_steps)
         check_positive_int("batch_size", self.batch_size)
         check_positive_int("eval_batch_size", self.eval_batch_size)
-        _check_number("warmup_ratio", self.warmup_ratio, 0, low_inclusive=True, high=1, high_inclusive=False)
-        _check_number("weight_decay", self.weight_decay, 0, low_inclusive=True)
+        check_number("warmup_ratio", self.warmup_ratio, 0, low_inclusive=True, high=1, high_inclusive=False)
+        check_number("weight_decay", self.weight_decay, 0, low_inclusive=True)
         if self.max_grad_norm is not None:
-            _check_number("max_grad_norm", self.max_grad_norm, 0, low_inclusive=False)
+            check_number("max_grad_norm", self.max_grad_norm, 0, low_inclusive=False)
         if self.eval_every is not None:
             check_positive_int("eval_every", self.eval_every)
-        _check_choice("order", self.order, ORDERS)
+        check_choice("order", self.order, ORDERS)
         if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral) or self.seed < 0:
             raise ValueError(f"seed must be an integer >= 0; got {self.seed!r}")
         if not isinstance(self.device, (str, torch.device)):
             raise ValueError(f"device must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'; got {self.device!r}")
-        _check_bool("progress", self.progress)
+        check_bool("progress", self.progress)
         return self
 
     @property

@@ -243,6 +243,23 @@ def test_bad_activation_lists_the_allowed_values():
     assert all(name in str(error.value) for name in ACTIVATIONS)
 
 
+def test_bias_must_be_a_bool():
+    with pytest.raises(ValueError, match="^bias must be True or False; got 'False'"):
+        BottleneckAdapter(16, 4, bias="False")
+
+
+@pytest.mark.parametrize("shape", [(5, 16), (2, 3, 16), (16,), (5, 33)])
+def test_an_input_of_another_width_names_both_widths(shape):
+    adapter = BottleneckAdapter(32, 4)
+    with pytest.raises(ValueError, match=rf"width d_model=32, but the input has width {shape[-1]}"):
+        adapter(torch.randn(shape))
+    with pytest.raises(ValueError, match="d_model=32"):
+        adapter.delta(torch.randn(shape))
+    with pytest.raises(ValueError, match="d_model=32, but the input has a scalar"):
+        adapter(torch.tensor(1.0))
+    assert adapter(torch.randn(2, 3, 32)).shape == (2, 3, 32)
+
+
 # ---------------------------------------------------------------------------------------------------
 # near identity: the deviation grows as σ²
 # ---------------------------------------------------------------------------------------------------
