@@ -206,7 +206,7 @@ class StudentCopy:
             UP_TO_DATE: "up to date",
             YOURS: "your edited copy, left as it is (the lab has not changed)",
             UPDATED: "updated (the lab changed)",
-            REPLACED: f"updated (the lab changed); your edited copy is kept as {self.kept}",
+            REPLACED: f"written afresh from the lab; the copy that was here (your edits) is kept as {self.kept}",
         }[self.status]
 
 
