@@ -68,3 +68,32 @@ def page(browser):
 def screenshots() -> Path:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     return SCREENSHOTS
+
+
+SLIDES = REPO / "build" / "slides"
+
+
+@pytest.fixture(scope="session")
+def decks():
+    """Every lab's deck, exported once into build/slides (the instructor's folder): {lab stem: deck path}."""
+    from adapterlab.slides import export_slides
+
+    return {deck.name.removesuffix(".slides.html"): deck for deck in export_slides(None, SLIDES)}
+
+
+@pytest.fixture
+def offline_page(page) -> dict:
+    """The page, allowed to load only files: {"page", and the lists "blocked", "failed" (requests) and "errors"}."""
+    seen = {"blocked": [], "failed": [], "errors": []}
+
+    def only_files(route):
+        if route.request.url.startswith("file://"):
+            route.continue_()
+        else:
+            seen["blocked"].append(route.request.url)
+            route.abort()
+
+    page.route("**/*", only_files)
+    page.on("requestfailed", lambda request: seen["failed"].append(f"{request.url} ({request.failure})"))
+    page.on("pageerror", lambda error: seen["errors"].append(str(error)))
+    return seen | {"page": page}

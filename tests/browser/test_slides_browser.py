@@ -8,34 +8,29 @@ the instructor's folder, so this test also leaves the exported slides behind.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import nbformat
 import pytest
 
 from adapterlab.labfiles import all_labs
-from adapterlab.slides import PLOTLY_MIME, export_slides
+from adapterlab.slide_layout import LectureLayout
+from adapterlab.slides import PLOTLY_MIME
 
-SLIDES = Path(__file__).resolve().parents[2] / "build" / "slides"
 # MathJax 2 probes web-font support with a font at about:blank; that request never leaves the page.
 LOCAL_PROBES = ("about:",)
 
 
 def expected_slides(nb) -> int:
-    """Slides reveal.js counts (every subslide), from the metadata: nbconvert starts a slide at the
-    first visible cell, then at each cell marked slide or subslide."""
+    """Slides reveal.js counts (every subslide): the title slide, then, from the metadata of the cells
+    as the lecture layout leaves them, a slide at the first visible cell and at each cell marked slide
+    or subslide."""
+    nb, _ = LectureLayout().preprocess(nb, {})
     kinds = [cell.metadata.get("slideshow", {}).get("slide_type", "-") for cell in nb.cells]
     first = next(i for i, kind in enumerate(kinds) if kind not in ("skip", "notes"))
-    return 1 + sum(kind in ("slide", "subslide") for kind in kinds[first + 1 :])
+    return 2 + sum(kind in ("slide", "subslide") for kind in kinds[first + 1 :])
 
 
 def figure_count(nb) -> int:
     return sum(PLOTLY_MIME in output.get("data", {}) for cell in nb.cells if cell.cell_type == "code" for output in cell.outputs)
-
-
-@pytest.fixture(scope="session")
-def decks():
-    return {deck.name.removesuffix(".slides.html"): deck for deck in export_slides(None, SLIDES)}
 
 
 @pytest.mark.parametrize("lab", all_labs(), ids=lambda lab: lab.stem)

@@ -1,0 +1,152 @@
+"""Every slide of every deck fits a projector, at 1280×720 and at 1024×768, in headless Chromium.
+
+The test steps through each deck slide by slide (all fragments shown) and fails, naming the lab and
+the slide number, where an element passes the slide's bottom or right edge, an element has a
+horizontal scroll bar or cuts a code line, or a request fails. It saves a contact sheet per deck
+and size (one thumbnail per slide, composed in the browser) as build/screenshots/contact-<lab>-<size>.png.
+It also checks that every formula is drawn exactly once: the rendered formulas of each markdown
+cell are counted against the formulas in its source.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+
+import nbformat
+import pytest
+
+from adapterlab.labfiles import all_labs
+
+SIZES = [(1280, 720), (1024, 768)]
+LOCAL_PROBES = ("about:",)  # MathJax 2 probes web-font support with a font at about:blank
+THUMB_WIDTH, COLUMNS = 320, 4
+
+# Problems on the shown slide, in screen pixels, one line each. An element is reported only when
+# its parent is not (the outermost culprit); formula and figure internals count as their box.
+MEASURE = """() => {
+    const slide = Reveal.getCurrentSlide();
+    const box = document.querySelector('.reveal .slides').getBoundingClientRect();
+    const scale = box.width / Reveal.getConfig().width;
+    const problems = new Map();
+    const name = el => el.tagName.toLowerCase() + (typeof el.className === 'string' && el.className.trim()
+        ? '.' + el.className.trim().split(/\\s+/).slice(0, 2).join('.') : '')
+        + ' "' + (el.textContent || '').trim().replace(/\\s+/g, ' ').slice(0, 50) + '"';
+    for (const el of slide.querySelectorAll('*')) {
+        if (el.closest('aside.notes') || el.ownerSVGElement) continue;
+        const inner = el.parentElement && el.parentElement.closest('.MathJax, .MathJax_Display, .MJX_Assistive_MathML, .plotly-graph-div');
+        if (inner && slide.contains(inner)) continue;
+        const r = el.getBoundingClientRect();
+        if (r.width === 0 && r.height === 0) continue;
+        const style = getComputedStyle(el);
+        if (style.display === 'none') continue;
+        const px = value => Math.round(value / scale);
+        let problem = null;
+        if (r.bottom > box.bottom + 1) problem = `passes the bottom edge by ${px(r.bottom - box.bottom)} px`;
+        else if (r.right > box.right + 1) problem = `passes the right edge by ${px(r.right - box.right)} px`;
+        else if (r.top < box.top - 1) problem = `passes the top edge by ${px(box.top - r.top)} px`;
+        else if (r.left < box.left - 1) problem = `passes the left edge by ${px(box.left - r.left)} px`;
+        else if (el.scrollWidth > el.clientWidth + 1 && el.clientWidth > 0
+                 && (['auto', 'scroll'].includes(style.overflowX) || el.tagName === 'PRE' || style.overflowX === 'hidden'))
+            problem = `hides ${px(el.scrollWidth - el.clientWidth)} px of its width (a horizontal scroll bar or a cut line)`;
+        if (problem) problems.set(el, `${name(el)} ${problem}`);
+    }
+    const zoom = slide.querySelector(':scope > .deck-fit');
+    return {
+        problems: [...problems].filter(([el]) => !problems.has(el.parentElement)).map(([, text]) => text),
+        scale: zoom ? Number(zoom.style.zoom || 1) : 1,
+    };
+}"""
+
+SHOW = """async ([h, v]) => {
+    Reveal.slide(h, v);
+    while (Reveal.nextFragment()) {}
+    await new Promise(done => window.MathJax ? MathJax.Hub.Queue(done) : done());
+    if (window.Plotly) {
+        await Promise.all([...Reveal.getCurrentSlide().querySelectorAll('.plotly-graph-div')].map(div => Plotly.Plots.resize(div)));
+    }
+    await new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)));
+}"""
+
+CONTACT_SHEET = """async ([shots, width, columns, title]) => {
+    const images = await Promise.all(shots.map(src => new Promise(done => {
+        const image = new Image(); image.onload = () => done(image); image.src = 'data:image/png;base64,' + src;
+    })));
+    const height = Math.round(width * images[0].height / images[0].width);
+    const canvas = document.createElement('canvas');
+    canvas.width = columns * (width + 8) + 8;
+    canvas.height = 40 + Math.ceil(images.length / columns) * (height + 30);
+    const context = canvas.getContext('2d');
+    context.fillStyle = '#ddd'; context.fillRect(0, 0, canvas.width, canvas.height);
+    context.fillStyle = '#000'; context.font = '18px sans-serif'; context.fillText(title, 8, 26);
+    images.forEach((image, i) => {
+        const x = 8 + (i % columns) * (width + 8), y = 40 + Math.floor(i / columns) * (height + 30);
+        context.font = '14px sans-serif'; context.fillText(`slide ${i + 1}`, x, y + 14);
+        context.drawImage(image, x, y + 20, width, height);
+    });
+    return canvas.toDataURL('image/png').split(',')[1];
+}"""
+
+_CODE = re.compile(r"```.*?```|`[^`\n]*`", re.S)
+_FORMULA = re.compile(r"\$\$.+?\$\$|\\\[.+?\\\]|\\\(.+?\\\)|(?<![\\$])\$(?!\$).+?(?<![\\])\$", re.S)
+
+
+def formulas_in(markdown: str) -> int:
+    """TeX formulas in a markdown cell, as MathJax's tex2jax finds them (code spans are not math)."""
+    return len(_FORMULA.findall(_CODE.sub("", markdown)))
+
+
+def walk_deck(page, deck) -> tuple[list[str], list[str], list[float]]:
+    """Show every slide of the deck; return the problems ("slide N: ..."), the screenshots (base64)
+    and each slide's scale."""
+    page.goto(deck.as_uri())
+    page.wait_for_function("() => window.Reveal && Reveal.isReady()", timeout=30_000)
+    page.evaluate("Reveal.configure({transition: 'none', backgroundTransition: 'none'})")
+    indices = page.evaluate("Reveal.getSlides().map(slide => Reveal.getIndices(slide)).map(i => [i.h, i.v || 0])")
+    problems, shots, scales = [], [], []
+    for number, (h, v) in enumerate(indices, start=1):
+        page.evaluate(SHOW, [h, v])
+        found = page.evaluate(MEASURE)
+        problems += [f"slide {number}: {problem}" for problem in found["problems"][:3]]
+        scales.append(found["scale"])
+        shots.append(base64.b64encode(page.screenshot()).decode())
+    return problems, shots, scales
+
+
+def save_contact_sheet(browser, shots, path, title) -> None:
+    sheet = browser.new_page()
+    try:
+        png = sheet.evaluate(CONTACT_SHEET, [shots, THUMB_WIDTH, COLUMNS, title])
+    finally:
+        sheet.close()
+    path.write_bytes(base64.b64decode(png))
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda size: f"{size[0]}x{size[1]}")
+@pytest.mark.parametrize("lab", all_labs(), ids=lambda lab: lab.stem)
+def test_every_slide_fits(lab, size, browser, offline_page, decks, screenshots):
+    page, seen = offline_page["page"], offline_page
+    page.set_viewport_size({"width": size[0], "height": size[1]})
+    problems, shots, scales = walk_deck(page, decks[lab.stem])
+    label = f"{size[0]}x{size[1]}"
+    save_contact_sheet(browser, shots, screenshots / f"contact-{lab.stem}-{label}.png",
+                       f"{lab.stem} at {label}: {len(shots)} slides, smallest scale {min(scales):.2f}")
+
+    requests = seen["blocked"] + [f for f in seen["failed"] if not f.startswith(LOCAL_PROBES)]
+    assert not requests, f"{lab.stem} at {label}: requests that failed or left the machine: {requests}"
+    assert not seen["errors"], f"{lab.stem} at {label}: JavaScript errors: {seen['errors']}"
+    assert not problems, f"{lab.stem} at {label}: slides that do not fit:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("lab", all_labs(), ids=lambda lab: lab.stem)
+def test_every_formula_is_drawn_once(lab, page, decks):
+    """Each markdown cell shows as many rendered formulas as its source has, after every slide was shown."""
+    nb = nbformat.read(lab, as_version=4)
+    expected = {cell.id: formulas_in(cell.source) for cell in nb.cells if cell.cell_type == "markdown"}
+    page.set_viewport_size({"width": 1280, "height": 720})
+    walk_deck(page, decks[lab.stem])
+    drawn = page.evaluate("""() => Object.fromEntries([...document.querySelectorAll('.jp-MarkdownCell[id^="cell-id="]')]
+        .map(cell => [cell.id.slice(8), cell.querySelectorAll('[id^="MathJax-Element-"][id$="-Frame"]').length]))""")
+    wrong = {cell: (drawn[cell], count) for cell, count in expected.items() if cell in drawn and drawn[cell] != count}
+    assert not wrong, f"{lab.stem}: markdown cells whose formulas are drawn a different number of times (drawn, in the source): {wrong}"
+    assert "Math Processing Error" not in page.inner_text("body")
