@@ -108,5 +108,3 @@ def test_each_prediction_is_question_answer_reveal_and_lesson(number):
         assert lessons, f"{where}: no **What this teaches.** cell before the next prediction"
         reveals = [i for i in range(index + 2, lessons[0]) if cells[i].cell_type == "code" and cells[i].get("outputs")]
         assert reveals, f"{where}: no result with an output between the answer cell and **What this teaches.**"
-        if reveals[0] == index + 2:
-            assert slide_type(cells[reveals[0]]) == "fragment", f"{where}: a reveal right after the answer is a fragment"
