@@ -353,6 +353,8 @@ def student_command(args) -> int:
         print(f"adapterlab student: {error}", file=sys.stderr)
         return error.exit_code
     for copy in copies:
-        print(f"{copy.path}: {copy.describe()}")
-    print(f"{len(copies)} student cop{'y' if len(copies) == 1 else 'ies'} in {Path(args.out)}")
+        if copy.status != UP_TO_DATE:
+            print(f"{copy.path}: {copy.describe()}")
+    unchanged = sum(copy.status == UP_TO_DATE for copy in copies)
+    print(f"{len(copies)} student cop{'y' if len(copies) == 1 else 'ies'} in {Path(args.out)} ({unchanged} already up to date)")
     return 0

@@ -236,6 +236,19 @@ def test_make_student_copies_writes_copies_and_leaves_the_lab_alone(tmp_path):
     assert sorted(os.listdir(tmp_path / "student")) == sorted([RECORD, "01_small.ipynb"])  # no temporary file left
 
 
+def test_the_command_lists_what_it_wrote_and_counts_the_rest(tmp_path, capsys):
+    labs = [str(write_lab(tmp_path / "src", name)) for name in ("01_a.ipynb", "02_b.ipynb")]
+    out = tmp_path / "out"
+    code, printed, _ = student_run(labs, out, capsys)
+    assert code == 0
+    assert printed.splitlines() == [f"{out / '01_a.ipynb'}: written", f"{out / '02_b.ipynb'}: written",
+                                    f"2 student copies in {out} (0 already up to date)"]
+    edit(out / "02_b.ipynb", "mine")
+    code, printed, _ = student_run(labs, out, capsys)
+    assert printed.splitlines() == [f"{out / '02_b.ipynb'}: your edited copy, left as it is (the lab has not changed)",
+                                    f"2 student copies in {out} (1 already up to date)"]
+
+
 def test_unknown_lab_is_a_clear_error(tmp_path, capsys):
     with pytest.raises(LabNotFoundError, match="'99_nope' not found"):
         make_student_copies(["99_nope"], tmp_path)
