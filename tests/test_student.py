@@ -273,6 +273,15 @@ def test_copies_are_never_written_into_the_instructor_labs_folder(labs_dir, out,
     assert files_under(labs_dir) == before
 
 
+def test_the_command_line_refuses_the_labs_folder_with_exit_2(labs_dir, capsys):
+    from adapterlab.cli import main
+
+    before = files_under(labs_dir)
+    assert main(["student", "01", "--out", str(labs_dir)]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    assert files_under(labs_dir) == before
+
+
 def test_a_link_to_the_labs_folder_is_refused_too(labs_dir, tmp_path, capsys):
     (tmp_path / "link").symlink_to(labs_dir, target_is_directory=True)
     before = files_under(labs_dir)
