@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 
 from .data import METRICS
 from .placement import PlacementError, adapted_outputs, encoder_layers, set_adapters_enabled
-from .training import evaluate as evaluate_model
+from .evaluation import evaluate as evaluate_model
 
 
 @dataclass
@@ -79,7 +79,7 @@ def span_ablation(
     """Evaluate the model with the adapters of every contiguous span of layers switched off.
 
     ``evaluate(model, eval_data, batch_size=..., device=...) -> dict`` scores the model as it stands
-    (default :func:`adapterlab.training.evaluate`); ``metric`` picks the score (default: the task's
+    (default :func:`adapterlab.evaluation.evaluate`); ``metric`` picks the score (default: the task's
     main metric, the first of accuracy / matthews / f1 that evaluate returns). That is
     L·(L+1)/2 + 1 evaluations for L layers, so pass a modest ``eval_data``. The default ``batch_size``
     is small because the rows are batched in length order: a few hundred rows in batches of 128 would

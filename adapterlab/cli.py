@@ -1,32 +1,67 @@
 """`adapterlab ...` / `python -m adapterlab ...`: the command line.
 
-Each subcommand only parses its arguments here and calls the module that does the work.
+This module owns what every subcommand shares: parsing, checking the arguments before anything slow
+starts, and reporting. The work itself is done by the modules the labs use (training, evaluation,
+slides, ...).
+
+One error style: a single line ``adapterlab COMMAND: message`` on stderr that says what to do.
+One exit-code policy:
+
+* 0  the command did what was asked;
+* 1  it failed while working (training diverged, a data file or notebook is damaged, a write failed);
+* 2  usage: an argument is wrong (a bad value, a missing folder, a non-empty ``--out``); nothing was done;
+* 130  interrupted (Ctrl-C). ``train`` still writes the run it has so far (marked "interrupted").
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+from pathlib import Path
+
+from .data import TASKS
+from .placement import METHODS, PLACEMENTS
+
+OK, FAILED, USAGE, INTERRUPTED = 0, 1, 2, 130
+
+
+class CommandError(Exception):
+    """A subcommand cannot go on. ``code`` is its exit code: FAILED or USAGE."""
+
+    def __init__(self, message: str, code: int = FAILED):
+        super().__init__(message)
+        self.code = code
+
+
+@contextlib.contextmanager
+def usage_errors():
+    """Turn a ValueError or OSError raised while the arguments are checked into a usage error (exit 2)."""
+    try:
+        yield
+    except (ValueError, OSError) as error:
+        raise CommandError(str(error), USAGE) from error
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="adapterlab", description="A teaching lab on bottleneck adapters.")
+    parser = argparse.ArgumentParser(prog="adapterlab", description="A teaching lab on bottleneck adapters.",
+                                     epilog="Exit codes: 0 ok, 1 failed, 2 bad arguments, 130 interrupted.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    tasks = list(TASKS)
 
     commands.add_parser("doctor", help="check the installation, backbones and data")
 
     count = commands.add_parser("count", help="parameter counts: closed form beside the real model")
     count.add_argument("--backbone", default="bert-base", help="bert-base, bert-large, or a backbone name")
-    count.add_argument("--placement", default="houlsby", help="houlsby, pfeiffer or parallel")
+    count.add_argument("--placement", default="houlsby", help=", ".join(PLACEMENTS))
     count.add_argument("--bottleneck", type=int, default=64, help="bottleneck size r")
     count.add_argument("--frozen-layernorm", action="store_true", help="count LayerNorms as frozen")
     count.add_argument("--num-labels", type=int, default=2)
     count.add_argument("--json", action="store_true", help="machine-readable output")
 
     train = commands.add_parser("train", help="train one method on a GLUE task; write the adapter set and metrics.json")
-    train.add_argument("--task", default="sst2", help="sst2, cola, mrpc or rte")
-    train.add_argument("--method", default="houlsby",
-                       choices=["houlsby", "pfeiffer", "parallel", "full", "head", "layernorm", "top_k"])
+    train.add_argument("--task", default="sst2", choices=tasks)
+    train.add_argument("--method", default="houlsby", choices=METHODS)
     train.add_argument("--bottleneck", type=int, default=64, help="bottleneck size r (adapter methods)")
     train.add_argument("--top-k", type=int, default=2, help="layers trained by --method top_k")
     train.add_argument("--backbone", default="bert-base-uncased",
@@ -40,12 +75,15 @@ def build_parser() -> argparse.ArgumentParser:
                        help="peak learning rate (default: 1e-3 for adapters, layernorm, head; 5e-5 for full, top_k)")
     train.add_argument("--batch-size", type=int, default=32)
     train.add_argument("--seed", type=int, default=0)
-    train.add_argument("--out", required=True, metavar="DIR", help="folder for the adapter set and metrics.json")
+    train.add_argument("--out", required=True, metavar="DIR",
+                       help="a new or empty folder for the run: metrics.json and, for adapter methods, the adapter set")
+    train.add_argument("--overwrite", action="store_true",
+                       help="replace the run already in --out (only once the new run is written)")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
 
-    evaluate = commands.add_parser("evaluate", help="evaluate a saved adapter set on a task's dev set")
+    evaluate = commands.add_parser("evaluate", help="evaluate a saved adapter set on its task's dev set")
     evaluate.add_argument("--checkpoint", required=True, metavar="DIR", help="a folder written by `adapterlab train`")
-    evaluate.add_argument("--task", default=None, help="default: the task the adapter set was trained on")
+    evaluate.add_argument("--task", default=None, choices=tasks, help="must be the task the set was trained on")
     evaluate.add_argument("--data", default=None, metavar="DIR", help="a GLUE folder (as for train)")
     evaluate.add_argument("--backbone", default=None, help="default: the backbone the adapter set was trained on")
     evaluate.add_argument("--max-eval", type=int, default=None, metavar="N", help="evaluate on N dev rows")
@@ -53,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     slides = commands.add_parser("slides", help="export the labs to reveal.js slide decks that open offline")
     slides.add_argument("labs", nargs="*", metavar="LAB", help="lab number, name or notebook path (default: every lab)")
     slides.add_argument("--out", default="build/slides", help="folder for the decks (default: build/slides)")
+    slides.add_argument("--pdf", action="store_true", help="also print each deck to a PDF, one page per slide (needs Chromium)")
 
     student = commands.add_parser("student", help="write student copies of the labs, solutions stubbed out")
     student.add_argument("labs", nargs="*", metavar="LAB", help="lab number, name or notebook path (default: every lab)")
@@ -60,33 +99,189 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# --------------------------------------------------------------------------------------------------
+# train
+# --------------------------------------------------------------------------------------------------
+
+
+def _check_rows(flag: str, value: int | None) -> None:
+    if value is not None and value < 1:
+        raise CommandError(f"{flag} must be a number of rows >= 1; got {value}", USAGE)
+
+
+def _run_report(task: str, config, history, *, status: str, metrics=None, backbone_info=None, data=None,
+                toy_data=None) -> dict:
+    """metrics.json for a run that ended without a TrainResult (diverged)."""
+    from dataclasses import asdict
+
+    return {"status": status, "task": task, "metrics": metrics or {}, "config": config.as_dict(),
+            "backbone": asdict(backbone_info) if backbone_info is not None else None, "data": data,
+            "toy_data": toy_data, "history": {"rows": history.rows(), **history.as_dict()}}
+
+
+def train_command(args) -> int:
+    """`adapterlab train`: check every argument and --out, train, then write the run folder whole.
+
+    Adapter methods write the adapter set and metrics.json; methods without adapters (full, top_k,
+    layernorm, head) change the backbone's own weights and write metrics.json only. Ctrl-C writes the
+    run so far (status "interrupted", the best state seen) and exits 130; a diverged run writes its
+    partial history (status "diverged") and exits 1.
+    """
+    from .checkpoints import save_adapter_set
+    from .data import check_glue_setting, get_task
+    from .runs import commit_run_folder, discard_staging, prepare_run_folder, write_metrics
+    from .training import TrainConfig, TrainingDiverged, run_experiment
+
+    task = get_task(args.task).name
+    _check_rows("--max-train", args.max_train)
+    _check_rows("--max-eval", args.max_eval)
+    with usage_errors():
+        config = TrainConfig(method=args.method, bottleneck=args.bottleneck, top_k=args.top_k, learning_rate=args.lr,
+                             epochs=args.epochs, batch_size=args.batch_size, seed=args.seed,
+                             progress=not args.no_progress)
+        check_glue_setting(args.data, task)
+        staging = prepare_run_folder(args.out, overwrite=args.overwrite)
+    out = Path(args.out)
+    committed = False
+    try:
+        try:
+            result = run_experiment(task, config, backbone=args.backbone, data_dir=args.data,
+                                    max_train=args.max_train, max_eval=args.max_eval)
+        except TrainingDiverged as error:
+            report = _run_report(task, config, error.history, status="diverged", backbone_info=error.backbone_info,
+                                 data=error.data_description, toy_data=error.toy_data)
+            report.update(error=str(error), diverged_at_step=error.step, checkpoint=None)
+            write_metrics(staging, report)
+            commit_run_folder(staging, out)
+            committed = True
+            raise CommandError(f"{error}. The partial history is in {out}/metrics.json") from None
+        report = {"status": "interrupted" if result.interrupted else "complete", "task": task, **result.to_dict()}
+        if config.method in PLACEMENTS:
+            save_adapter_set(result.model, staging, backbone=result.backbone_info,
+                             extra={"task": task, "seed": config.seed, "metrics": result.metrics})
+            report["checkpoint"] = str(out)
+        else:
+            report["checkpoint"] = None
+            report["note"] = f"method {config.method} trains the backbone's own weights: no adapter set is written"
+        write_metrics(staging, report)
+        commit_run_folder(staging, out)
+        committed = True
+    finally:
+        if not committed:
+            discard_staging(staging)
+    print(result.summary(sources=not config.progress))  # with progress on, run_experiment printed them
+    print(f"wrote {out / 'metrics.json'}" + (f" and the adapter set in {out}" if report["checkpoint"] else ""))
+    if result.interrupted:
+        print(f"adapterlab train: interrupted after {len(result.history.steps)} steps; {out} holds the run so far "
+              "(metrics.json says \"interrupted\")", file=sys.stderr)
+        return INTERRUPTED
+    return OK
+
+
+# --------------------------------------------------------------------------------------------------
+# evaluate
+# --------------------------------------------------------------------------------------------------
+
+
+def evaluate_command(args) -> int:
+    """`adapterlab evaluate`: load a run folder's adapter set into its backbone and score it on the dev set
+    of the task it was trained on; print the metrics (the last line is JSON)."""
+    import json
+
+    from .backbones import load_backbone
+    from .checkpoints import load_adapter_set
+    from .data import check_glue_setting, get_task, load_split, tokenize
+    from .evaluation import evaluate, pick_device
+    from .runs import adapter_set_config
+
+    _check_rows("--max-eval", args.max_eval)
+    with usage_errors():
+        manifest = adapter_set_config(args.checkpoint)
+        extra = manifest.get("extra") or {}
+        trained_on = extra.get("task")
+        task = get_task(args.task or trained_on or "sst2")
+        if trained_on and task.name != get_task(trained_on).name:
+            raise CommandError(f"the adapter set in {args.checkpoint} was trained on {trained_on}, not {task.name}: "
+                               f"its classifier head scores {trained_on}'s labels; drop --task or pass --task "
+                               f"{trained_on}", USAGE)
+        check_glue_setting(args.data, task)
+    seed = int(extra.get("seed", 0))  # random backbones are rebuilt from the seed they were trained on
+    model, tokenizer, info = load_backbone(args.backbone or manifest["backbone"]["name"],
+                                           num_labels=manifest["backbone"]["num_labels"], seed=seed)
+    load_adapter_set(model, args.checkpoint)
+    split = load_split(task, "dev", args.data, max_examples=args.max_eval, seed=seed)
+    metrics = evaluate(model, tokenize(split, tokenizer), device=pick_device("auto"))
+    print(info.describe())
+    print(f"eval: {split.describe()}")
+    print(json.dumps({"task": task.name, "metrics": metrics, "toy_data": split.is_toy}))
+    return OK
+
+
+# --------------------------------------------------------------------------------------------------
+# slides, doctor, count, student
+# --------------------------------------------------------------------------------------------------
+
+
+def slides_command(args) -> int:
+    """`adapterlab slides [LAB ...] [--out DIR]`: one offline reveal.js deck per lab."""
+    from .labfiles import LabNotFoundError
+    from .slides import OutputFolderError, export_slides
+
+    try:
+        decks = export_slides(args.labs or None, args.out, pdf=getattr(args, "pdf", False))
+    except (LabNotFoundError, OutputFolderError) as error:
+        raise CommandError(str(error), USAGE) from None
+    for deck in decks:
+        print(deck)
+    print(f"{len(decks)} slide deck{'s' if len(decks) != 1 else ''} in {Path(args.out)}: open one in a browser, "
+          "no network needed (keep lib/ beside them)")
+    return OK
+
+
+def doctor_command(args) -> int:
+    from .doctor import run_doctor
+
+    return run_doctor()
+
+
+def count_command(args) -> int:
+    from .counting import count_command as count
+
+    return count(args)
+
+
+def student_command(args) -> int:
+    from .student import student_command as student
+
+    return student(args)
+
+
+COMMANDS = {"doctor": doctor_command, "count": count_command, "train": train_command,
+            "evaluate": evaluate_command, "slides": slides_command, "student": student_command}
+
+
+def _report(command: str, message) -> None:
+    """The one error line: ``adapterlab COMMAND: message`` on stderr."""
+    print(f"adapterlab {command}: {' '.join(str(message).split())}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.command == "doctor":
-        from .doctor import run_doctor
-
-        return run_doctor()
-    if args.command == "count":
-        from .counting import count_command
-
-        return count_command(args)
-    if args.command == "train":
-        from .training import train_command
-
-        return train_command(args)
-    if args.command == "evaluate":
-        from .training import evaluate_command
-
-        return evaluate_command(args)
-    if args.command == "slides":
-        from .slides import slides_command
-
-        return slides_command(args)
-    if args.command == "student":
-        from .student import student_command
-
-        return student_command(args)
-    raise AssertionError(f"unhandled command {args.command}")
+    """Run one subcommand and return its exit code (0 ok, 1 failed, 2 usage, 130 interrupted)."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exit:  # argparse has printed its usage message; --help exits 0
+        return exit.code if isinstance(exit.code, int) else USAGE
+    try:
+        return COMMANDS[args.command](args)
+    except CommandError as error:
+        _report(args.command, error)
+        return error.code
+    except KeyboardInterrupt:
+        _report(args.command, "interrupted (Ctrl-C) before any result was written")
+        return INTERRUPTED
+    except (ValueError, OSError) as error:  # bad data or files met while working: the message names them
+        _report(args.command, error)
+        return FAILED
 
 
 if __name__ == "__main__":

@@ -3,7 +3,9 @@
 Where the rows come from, in order (the first that answers wins):
 
 1. a GLUE folder in the original GLUE TSV layout (``SST-2/train.tsv`` …), named by the ``data_dir``
-   argument or the ``ADAPTERLAB_DATA`` environment variable;
+   argument or the ``ADAPTERLAB_DATA`` environment variable (a relative value is read against the
+   project folder, so the command line and the notebooks in ``labs/`` read the same folder; one that is
+   not a folder is an error);
 2. the Hugging Face hub (``nyu-mll/glue``) through ``datasets`` — only when the hub answers within two
    seconds and neither ``HF_HUB_OFFLINE`` nor ``HF_DATASETS_OFFLINE`` is set, so that an offline laptop
    never waits on it;
@@ -36,7 +38,8 @@ from .hub import hub_reachable
 
 DATA_ENV = "ADAPTERLAB_DATA"
 HUB_DATASET = "nyu-mll/glue"
-TOY_DIR = Path(__file__).resolve().parent.parent / "data" / "toy"
+PROJECT_DIR = Path(__file__).resolve().parent.parent  # holds data/ and labs/
+TOY_DIR = PROJECT_DIR / "data" / "toy"
 SPLITS = ("train", "dev")
 ORDERS = ("grouped", "shuffled", "sequential")
 SOURCES = ("auto", "glue", "hub", "toy")
@@ -49,6 +52,7 @@ class DataError(ValueError):
     def __init__(self, message: str, path: str | os.PathLike | None = None, line: int | None = None):
         self.path = None if path is None else str(path)
         self.line = line
+        self.reason = message  # the message without the file and line
         where = "" if path is None else (f"{path}, line {line}: " if line is not None else f"{path}: ")
         super().__init__(where + message)
 
@@ -150,13 +154,25 @@ class Split:
 # --------------------------------------------------------------------------- finding and reading
 
 
+def glue_from_environment() -> Path | None:
+    """The folder ``$ADAPTERLAB_DATA`` names (None when it is unset or empty), whether or not it exists.
+
+    A relative value is read against the project folder (the one holding ``data/`` and ``labs/``), not
+    the current one: the command line runs in the project folder and the notebooks in ``labs/``, and
+    both must read the same data. ``~`` is expanded.
+    """
+    setting = os.environ.get(DATA_ENV)
+    if not setting:
+        return None
+    path = Path(setting).expanduser()
+    return path if path.is_absolute() else (PROJECT_DIR / path).resolve()
+
+
 def locate_glue(data_dir: str | os.PathLike | None = None) -> Path | None:
-    """The GLUE folder to read: ``data_dir`` if given, else ``$ADAPTERLAB_DATA``; None unless it is a folder."""
-    for candidate in (data_dir, os.environ.get(DATA_ENV)):
-        if candidate:
-            path = Path(candidate).expanduser()
-            return path if path.is_dir() else None
-    return None
+    """The GLUE folder to read: ``data_dir`` if given (relative to the current folder), else
+    ``$ADAPTERLAB_DATA`` (see :func:`glue_from_environment`); None unless it is a folder. Lab 0 prints it."""
+    path = Path(data_dir).expanduser() if data_dir else glue_from_environment()
+    return path if path is not None and path.is_dir() else None
 
 
 def read_glue_tsv(path: str | os.PathLike, task: str | TaskSpec) -> tuple[list, list[int]]:
@@ -252,6 +268,26 @@ def _relative(path: Path) -> str:
         return str(path)
 
 
+def check_glue_setting(data_dir: str | os.PathLike | None = None, task: str | TaskSpec = "sst2") -> None:
+    """Raise :class:`DataError` if ``data_dir``, or else ``$ADAPTERLAB_DATA``, names something that is
+    not a folder: a mistyped path must stop the run, not let it train on other data without a word."""
+    spec = get_task(task)
+    if data_dir is not None:
+        if not Path(data_dir).expanduser().is_dir():
+            raise DataError(
+                f"missing folder; data_dir must be a GLUE folder holding {spec.glue_folder}/train.tsv", data_dir
+            )
+        return
+    path = glue_from_environment()
+    if path is not None and not path.is_dir():
+        read_as = "" if Path(os.environ[DATA_ENV]).expanduser().is_absolute() else f" (read as {path})"
+        raise DataError(
+            f"{DATA_ENV}={os.environ[DATA_ENV]!r}{read_as} is not a folder; point it at a GLUE folder holding "
+            f"{spec.glue_folder}/ (a relative path is read against the project folder), or unset it to use "
+            "the hub or the toy sets"
+        )
+
+
 def load_split(
     task: str | TaskSpec,
     split: str = "train",
@@ -263,22 +299,19 @@ def load_split(
 ) -> Split:
     """One split of a task from the first source that has it (see the module docstring).
 
-    ``source`` forces one source: "glue" (a GLUE folder must exist), "hub", or "toy". An explicit
-    ``data_dir`` that is not a folder is an error, never a silent fall-back; a ``$ADAPTERLAB_DATA`` that
-    is not a folder gives a warning and the next source. ``max_examples`` keeps a seeded, label-stratified
-    subset (see :func:`stratified_indices`).
+    ``source`` forces one source: "glue" (a GLUE folder must exist), "hub", or "toy". A ``data_dir`` or
+    ``$ADAPTERLAB_DATA`` that is not a folder is an error, never a silent fall-back to other data (a
+    relative ``$ADAPTERLAB_DATA`` is read against the project folder, see :func:`glue_from_environment`).
+    ``max_examples`` keeps a seeded, label-stratified subset (see :func:`stratified_indices`). Labs 0 and
+    6-9 load their data with it.
     """
     spec = get_task(task)
     split = _check_split(split)
     if source not in SOURCES:
         raise ValueError(f"source must be one of {', '.join(SOURCES)}; got {source!r}")
-    if data_dir is not None and not Path(data_dir).expanduser().is_dir():
-        raise DataError(
-            f"missing folder; data_dir must be a GLUE folder holding {spec.glue_folder}/{split}.tsv", data_dir
-        )
+    if source in ("auto", "glue") or data_dir is not None:  # a forced hub or toy source ignores the variable
+        check_glue_setting(data_dir, spec)
     glue = locate_glue(data_dir)
-    if glue is None and data_dir is None and os.environ.get(DATA_ENV):
-        warnings.warn(f"{DATA_ENV}={os.environ[DATA_ENV]!r} is not a folder; looking for {spec.name} elsewhere")
 
     loaded = None
     if source in ("auto", "glue") and glue is not None:

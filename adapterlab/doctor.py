@@ -3,7 +3,9 @@
 Each line reads ``[OK] what was found`` or ``[MISSING] what is missing -> what to do``. The exit code
 is 0 when the labs can run (the packages they import and a backbone: bert-base-uncased or the
 offline stand-in) and 1 otherwise. Optional things (nbval for the notebook tests, bert-base-uncased
-when the stand-in is there, the real GLUE data) are reported but do not fail the check.
+when the stand-in is there, the real GLUE data) are reported but do not fail the check; a GLUE folder
+that ``ADAPTERLAB_DATA`` names but that is absent, incomplete or damaged does, because the labs stop
+on it (the doctor opens every TSV file the labs read).
 """
 
 from __future__ import annotations
@@ -117,17 +119,50 @@ def _backbone_checks() -> list[Check]:
     ]
 
 
+#: The GLUE files the labs read, as (task, split); the doctor opens each one.
+LAB_DATA_FILES = (("sst2", "train"), ("sst2", "dev"), ("cola", "train"), ("cola", "dev"))
+
+
+def _glue_contents(glue) -> tuple[list[str], list[str]]:
+    """Read every file of LAB_DATA_FILES in the folder ``glue``: ("SST-2 dev 872 rows", ...) for the files
+    that read cleanly and ("CoLA/train.tsv: missing", "SST-2/dev.tsv line 3: ...", ...) for the others."""
+    from .data import DataError, get_task, read_glue_tsv
+
+    found, problems = [], []
+    for task, split in LAB_DATA_FILES:
+        folder = get_task(task).glue_folder
+        try:
+            _, labels = read_glue_tsv(glue / folder / f"{split}.tsv", task)
+        except DataError as error:
+            where = f"{folder}/{split}.tsv" + (f" line {error.line}" if error.line is not None else "")
+            reason = "missing" if error.reason.startswith("missing file") else error.reason
+            problems.append(f"{where}: {reason}")
+        else:
+            found.append(f"{folder} {split} {len(labels):,} rows")
+    return found, problems
+
+
 def _data_check() -> Check:
     glue = _glue_folder()
     if glue is not None:
-        return Check(True, f"GLUE data at {glue}")
+        found, problems = _glue_contents(glue)
+        if not problems:
+            return Check(True, f"GLUE data at {glue}: {', '.join(found)}")
+        return Check(
+            False,
+            f"GLUE data at {glue} cannot be used ({'; '.join(problems)}); the labs would stop on it",
+            "put the GLUE TSV files there (SST-2/train.tsv, SST-2/dev.tsv, CoLA/train.tsv, CoLA/dev.tsv) "
+            "or point ADAPTERLAB_DATA at the folder that holds them",
+        )
     setting = os.environ.get("ADAPTERLAB_DATA")
     why = f"ADAPTERLAB_DATA={setting!r} is not a folder" if setting else "ADAPTERLAB_DATA is not set"
     return Check(
         False,
-        f"GLUE data not found ({why}); the labs use their small built-in sets",
-        "export ADAPTERLAB_DATA=/path/to/glue (the folder holding SST-2/ and CoLA/)",
-        required=False,
+        f"GLUE data not found ({why}); the labs use their small built-in sets" if not setting
+        else f"GLUE data not found ({why}); the labs will stop with an error until it is fixed",
+        "export ADAPTERLAB_DATA=/path/to/glue (the folder holding SST-2/ and CoLA/)" if not setting
+        else "point ADAPTERLAB_DATA at the folder holding SST-2/ and CoLA/, or unset it to use the built-in sets",
+        required=bool(setting),
     )
 
 

@@ -20,7 +20,7 @@ import html
 import ipywidgets as widgets
 from tqdm.auto import tqdm
 
-from .plots import display_data
+from .plots import display_data, training_figure
 from .placement import PLACEMENTS
 from .profiles import current_profile
 from .training import TrainConfig, TrainingDiverged, run_experiment
@@ -119,7 +119,7 @@ class TrainingPanel:
         )
 
     def _show(self, history) -> None:
-        self.figure = history.to_figure()
+        self.figure = training_figure(history)
         self.chart.outputs = (display_data(self.figure),)
 
     def train_once(self):

@@ -267,6 +267,30 @@ METRIC_AXES = {
 }
 
 
+def training_figure(history) -> go.Figure:
+    """Training loss (every step) and eval loss against the step, and the main metric against the step
+    (lab 6's live plot and the training panel of labs 6 and 7). ``history`` is a
+    :class:`adapterlab.training.History`."""
+    from plotly.subplots import make_subplots
+
+    figure = make_subplots(rows=1, cols=2, subplot_titles=("Loss", f"{history.metric} on the eval set"))
+    figure.add_scatter(x=history.steps, y=history.loss, mode="lines", name="training loss (per step)",
+                       line=dict(width=1), row=1, col=1)
+    eval_steps = [e["step"] for e in history.evals]
+    figure.add_scatter(x=eval_steps, y=[e["loss"] for e in history.evals], mode="lines+markers",
+                       name="eval loss", row=1, col=1)
+    figure.add_scatter(x=eval_steps, y=[e.get(history.metric) for e in history.evals], mode="lines+markers",
+                       name=f"eval {history.metric}", row=1, col=2)
+    for col in (1, 2):
+        figure.update_xaxes(title_text="step (optimizer updates)", row=1, col=col)
+    figure.update_yaxes(title_text="cross-entropy loss (nats per example)", row=1, col=1)
+    figure.update_yaxes(title_text=METRIC_AXES.get(history.metric, history.metric), row=1, col=2)
+    # A horizontal legend's default place is on top of the x-axis titles: put it below them.
+    figure.update_layout(title_text=history.title or "Training", height=420, margin=dict(b=110),
+                         legend=dict(orientation="h", yanchor="top", y=-0.3, x=0))
+    return figure
+
+
 def live_history():
     """A ``callback`` for :func:`adapterlab.training.run_experiment` that draws the training curves in
     the cell's output and redraws them at every evaluation (the cell keeps the final figure)."""
@@ -277,7 +301,7 @@ def live_history():
     def callback(history) -> None:
         nonlocal handle
         # The raw bundle, not the figure: a plotly figure displays itself and would ignore display_id.
-        bundle = display_data(history.to_figure())["data"]
+        bundle = display_data(training_figure(history))["data"]
         if handle is None:
             handle = display(bundle, raw=True, display_id=True)
         else:

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
-import sys
 from pathlib import Path
 
+import nbformat
 import plotly.io
 from nbconvert.exporters import SlidesExporter
 from nbconvert.preprocessors import Preprocessor
@@ -105,30 +105,65 @@ def slides_exporter() -> SlidesExporter:
     return exporter
 
 
-def export_slides(labs: list[str] | None = None, out_dir: Path | str = "build/slides") -> list[Path]:
-    """Export the named labs (all when None) to `<out_dir>/<lab>.slides.html`; return the deck paths."""
+class SlidesError(ValueError):
+    """A deck cannot be made: a notebook that does not read, or an output folder that cannot be written.
+    The message names the file or folder and what to do."""
+
+
+class OutputFolderError(SlidesError):
+    """The output folder cannot be created or written."""
+
+
+def _output_error(out_dir: Path, error: OSError) -> OutputFolderError:
+    """The one-line error for an OSError met while writing into ``out_dir``."""
+    reason = (error.strerror or str(error)).lower()
+    return OutputFolderError(f"cannot write slides to {out_dir} ({reason}); pass --out a folder you can write to")
+
+
+def _export_one(exporter: SlidesExporter, notebook: Path) -> str:
+    """One deck's HTML; a notebook that is not valid notebook JSON raises :class:`SlidesError` naming it."""
+    try:
+        body, _ = exporter.from_filename(str(notebook), resources={"plotly_js_url": PLOTLY_JS})
+    except (ValueError, KeyError, TypeError, AttributeError, nbformat.ValidationError) as error:
+        reason = " ".join(str(error).split())[:200] or type(error).__name__
+        raise SlidesError(f"{notebook} is not a notebook that can be read ({reason}); restore it from git or "
+                          "open and save it again in Jupyter") from None
+    return body
+
+
+def export_slides(labs: list[str] | None = None, out_dir: Path | str = "build/slides", pdf: bool = False) -> list[Path]:
+    """Export the named labs (all when None) to `<out_dir>/<lab>.slides.html`; return the deck paths.
+    With ``pdf`` each deck is also printed to `<out_dir>/<lab>.pdf` (headless Chromium), listed after the decks.
+
+    Every notebook is read before anything is written, so a broken one stops the export with a message
+    that names it. Instructors run it as ``adapterlab slides``.
+    """
     notebooks = find_labs(labs)
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    copy_assets(out_dir)
-    exporter = slides_exporter()
-    decks = []
-    for notebook in notebooks:
-        body, _ = exporter.from_filename(str(notebook), resources={"plotly_js_url": PLOTLY_JS})
-        deck = out_dir / f"{notebook.stem}.slides.html"
-        deck.write_text(body, encoding="utf-8")
-        decks.append(deck)
-    return decks
-
-
-def slides_command(args) -> int:
-    """`adapterlab slides [LAB ...] [--out DIR]`."""
     try:
-        decks = export_slides(args.labs or None, args.out)
-    except (LabNotFoundError, FileNotFoundError) as error:
-        print(f"adapterlab slides: {error}", file=sys.stderr)
-        return 2
-    for deck in decks:
-        print(deck)
-    print(f"{len(decks)} slide deck{'s' if len(decks) != 1 else ''} in {Path(args.out)}: open one in a browser, no network needed (keep lib/ beside them)")
-    return 0
+        out_dir.mkdir(parents=True, exist_ok=True)  # a bad --out fails before the slow export
+    except OSError as error:
+        raise _output_error(out_dir, error) from None
+    exporter = slides_exporter()
+    bodies = [(notebook, _export_one(exporter, notebook)) for notebook in notebooks]
+    decks = []
+    try:
+        copy_assets(out_dir)
+        for notebook, body in bodies:
+            deck = out_dir / f"{notebook.stem}.slides.html"
+            deck.write_text(body, encoding="utf-8")
+            decks.append(deck)
+    except FileNotFoundError as error:
+        if error.filename is None:  # a package that carries a script is missing: its message says which
+            raise
+        raise _output_error(out_dir, error) from None
+    except OSError as error:
+        raise _output_error(out_dir, error) from None
+    if pdf:
+        from .slides_pdf import PdfError, deck_to_pdf
+
+        try:
+            return decks + [deck_to_pdf(deck) for deck in decks]
+        except PdfError as error:
+            raise SlidesError(str(error)) from None
+    return decks

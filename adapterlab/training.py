@@ -12,7 +12,8 @@ that), so one loop trains them all:
 * evaluation every ``eval_every`` steps and at the end; the best state by the task's main metric is
   kept (a clone of the trainable tensors only) and put back into the model at the end;
 * a tqdm progress bar (loss, last metric, ETA); Stop / Ctrl-C ends training cleanly with the partial
-  history and the best state so far; a NaN/inf loss stops it with :class:`TrainingDiverged`.
+  history and the best state so far; a NaN/inf loss, or a loss that stays far above its start (a learning
+  rate far too high), stops it with :class:`TrainingDiverged`, which names the likely cause.
 
 Speed on a laptop CPU comes from the data more than from the loop: batches are padded to their own
 longest sentence and, in the default ``grouped`` order, hold sentences of similar length. The loop
@@ -29,24 +30,24 @@ averaged over processes; each process trains on its own share of every epoch's b
 
 from __future__ import annotations
 
-import json
 import math
 import numbers
 import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 
 import numpy as np
 import torch
 from accelerate import Accelerator
-from accelerate.utils import gather_object, set_seed
+from accelerate.utils import set_seed
 from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
-from .adapter import ACTIVATIONS, INIT_SCHEMES
-from .data import ORDERS, TokenizedSplit, batch_indices, collate, compute_metrics, get_task
+from .adapter import ACTIVATIONS, INIT_SCHEMES, PAPER_INIT_SCALE
+from .data import ORDERS, TokenizedSplit, batch_indices, collate, get_task
+from .evaluation import eval_batches, evaluate_batches, pick_device, to_device
+from .evaluation import evaluate  # noqa: F401  (lab 8 imports it from here)
 from .placement import METHODS, PLACEMENTS, apply_method, trainable_summary
 from .validation import check_bool, check_choice, check_init_scale, check_number, check_positive_int
 
@@ -66,51 +67,56 @@ DEFAULT_LEARNING_RATES = {
 #: On an accelerator, reading a loss back waits for the queued work; read them in blocks of this many
 #: steps there (on the CPU the value is already there, so every step).
 ACCELERATOR_SYNC_STEPS = 20
-METRIC_LABELS = {
-    "accuracy": "accuracy (fraction correct)",
-    "matthews": "Matthews correlation (−1 … 1)",
-    "f1": "F1 (0 … 1)",
-}
-
-
 class TrainingDiverged(RuntimeError):
-    """The training loss became NaN or infinite. ``step``, ``loss`` and ``history`` say where."""
+    """Training blew up: the loss became NaN or infinite, or stayed far above where it started (see
+    :data:`DIVERGENCE_FACTOR`). ``step``, ``loss`` and ``history`` say where; the message names the
+    likely cause, the learning rate first when it is above the method's default."""
 
-    def __init__(self, step: int, loss: float, learning_rate: float, config: "TrainConfig", history: "History"):
+    def __init__(self, step: int, loss: float, learning_rate: float, config: "TrainConfig", history: "History",
+                 reason: str = ""):
         self.step, self.loss, self.history = step, loss, history
-        causes = [f"the learning rate is too high (peak {config.peak_learning_rate:g}, {learning_rate:.3g} at this "
-                  "step): try 3-10x lower"]
-        if config.method in PLACEMENTS:
-            causes.append(f"the adapters' init_scale is too large ({config.init_scale:g}; the paper uses 1e-2)")
+        self.backbone_info = self.data_description = self.toy_data = None  # run_experiment fills them in
+        default = DEFAULT_LEARNING_RATES[config.method]
+        too_fast = (f"the learning rate is too high (peak {config.peak_learning_rate:g}, {learning_rate:.3g} at this "
+                    f"step; the default for {config.method} is {default:g}): try 3-10x lower, or the default")
+        causes = []
+        if config.peak_learning_rate > default:
+            causes.append(too_fast)
+        if config.method in PLACEMENTS and config.init_scale > PAPER_INIT_SCALE:
+            causes.append(f"the adapters' init_scale is too large ({config.init_scale:g}; the paper uses "
+                          f"{PAPER_INIT_SCALE:g})")
         if config.max_grad_norm is None:
             causes.append("gradient clipping is off (max_grad_norm=None)")
-        super().__init__(f"training diverged: the loss is {loss} at step {step}. Likely causes: " + "; ".join(causes))
+        if not causes:
+            causes.append(too_fast.replace("is too high", "may be too high for this model"))
+        what = reason or f"the loss is {loss} at step {step}"
+        label = "Likely cause" if len(causes) == 1 else "Likely causes"
+        super().__init__(f"training diverged: {what}. {label}: " + "; ".join(causes))
 
 
-def pick_device(requested: str | torch.device = "auto") -> torch.device:
-    """The device to compute on: ``"auto"`` takes CUDA, then Apple MPS, then the CPU; a name
-    (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"``) is checked to exist here."""
-    if isinstance(requested, str) and requested == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    try:
-        device = torch.device(requested)
-    except (RuntimeError, TypeError):
-        raise ValueError(f"device must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'; got {requested!r}") from None
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"device {requested!r}: CUDA is not available with this torch ({torch.__version__}); "
-                             "use device='auto' or 'cpu'")
-        if device.index is not None and device.index >= torch.cuda.device_count():
-            raise ValueError(f"device {requested!r}: there are only {torch.cuda.device_count()} CUDA devices")
-    elif device.type == "mps" and not torch.backends.mps.is_available():
-        raise ValueError(f"device {requested!r}: Apple MPS is not available here; use device='auto' or 'cpu'")
-    elif device.type not in ("cpu", "cuda", "mps"):
-        raise ValueError(f"device must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'; got {requested!r}")
-    return device
+#: Training counts as diverged when the loss stays above DIVERGENCE_FACTOR times its start (the first
+#: step's loss, or the loss of guessing, ln(number of labels), if that is larger) for DIVERGENCE_STEPS
+#: steps in a row. A learning rate far too high sends the loss there within a few steps (0.69 -> 1e6 with
+#: lr 1000) and the run never returns; ordinary noise, even a bad batch or two, stays far below it.
+DIVERGENCE_FACTOR = 10.0
+DIVERGENCE_STEPS = 5
+
+
+def check_divergence(history: "History", num_labels: int, config: "TrainConfig") -> None:
+    """Raise :class:`TrainingDiverged` if the newest loss is not finite or the loss has stayed far above
+    its start (see :data:`DIVERGENCE_FACTOR`); called after every loss the training loop reads back."""
+    index = len(history.loss) - 1
+    if index < 0:
+        return
+    loss = history.loss[index]
+    if not math.isfinite(loss):
+        raise TrainingDiverged(history.steps[index], loss, history.learning_rate[index], config, history)
+    start = max(history.loss[0], math.log(num_labels))
+    recent = history.loss[-DIVERGENCE_STEPS:]
+    if index >= DIVERGENCE_STEPS and all(value > DIVERGENCE_FACTOR * start for value in recent):
+        reason = (f"the loss has stayed above {DIVERGENCE_FACTOR:g}x its start ({start:.3g}) for {DIVERGENCE_STEPS} "
+                  f"steps, {loss:.3g} at step {history.steps[index]}")
+        raise TrainingDiverged(history.steps[index], loss, history.learning_rate[index], config, history, reason)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -268,27 +274,6 @@ class History:
                 "examples": self.examples, "examples_per_second": self.examples_per_second,
                 "train_seconds": self.train_seconds, "wall_time": self.wall_time}
 
-    def to_figure(self):
-        """A plotly figure: training loss (every step) and eval loss vs step, and the main metric vs step."""
-        from plotly.subplots import make_subplots
-
-        figure = make_subplots(rows=1, cols=2, subplot_titles=("Loss", f"{self.metric} on the eval set"))
-        figure.add_scatter(x=self.steps, y=self.loss, mode="lines", name="training loss (per step)",
-                           line=dict(width=1), row=1, col=1)
-        eval_steps = [e["step"] for e in self.evals]
-        figure.add_scatter(x=eval_steps, y=[e["loss"] for e in self.evals], mode="lines+markers",
-                           name="eval loss", row=1, col=1)
-        figure.add_scatter(x=eval_steps, y=[e.get(self.metric) for e in self.evals], mode="lines+markers",
-                           name=f"eval {self.metric}", row=1, col=2)
-        for col in (1, 2):
-            figure.update_xaxes(title_text="step (optimizer updates)", row=1, col=col)
-        figure.update_yaxes(title_text="cross-entropy loss (nats per example)", row=1, col=1)
-        figure.update_yaxes(title_text=METRIC_LABELS.get(self.metric, self.metric), row=1, col=2)
-        # A horizontal legend's default place is on top of the x-axis titles: put it below them.
-        figure.update_layout(title_text=self.title or "Training", height=420, margin=dict(b=110),
-                             legend=dict(orientation="h", yanchor="top", y=-0.3, x=0))
-        return figure
-
 
 def _format_cell(value) -> str:
     if isinstance(value, float):
@@ -302,8 +287,8 @@ class TrainResult:
 
     ``metrics`` are the eval metrics of the state the model now holds (the best one seen), measured at
     ``best_step``; empty when there was no eval data (or training was stopped before any evaluation).
-    ``trainable`` is :func:`trainable_summary` as a dict; ``backbone_info`` and ``data_description``
-    say which model and which data the numbers come from (filled by :func:`run_experiment`).
+    ``trainable`` is :func:`trainable_summary` as a dict; ``backbone_info``, ``data_description`` and
+    ``toy_data`` say which model and which data the numbers come from (filled by :func:`run_experiment`).
     """
 
     history: History
@@ -317,6 +302,7 @@ class TrainResult:
     train_seconds: float
     backbone_info: object = None
     data_description: dict | None = None
+    toy_data: bool | None = None
 
     def summary(self, sources: bool = True) -> str:
         """A few lines for a notebook or the command line (``sources``: begin with the backbone and data)."""
@@ -344,69 +330,9 @@ class TrainResult:
             "examples_per_second": self.history.examples_per_second, "wall_time": self.history.wall_time,
             "config": self.config.as_dict(), "trainable": self.trainable,
             "backbone": asdict(info) if info is not None else None, "data": self.data_description,
+            "toy_data": self.toy_data,
             "history": {"rows": self.history.rows(), **self.history.as_dict()},
         }
-
-
-# --------------------------------------------------------------------------------------------------
-# Evaluation
-# --------------------------------------------------------------------------------------------------
-
-
-def _eval_batches(data: TokenizedSplit, batch_size: int) -> list[dict]:
-    """Batches sorted by length: each is padded to its longest row, so almost no padding at all."""
-    order = np.argsort(data.lengths, kind="stable")
-    return [collate(data, order[i:i + batch_size]) for i in range(0, len(order), batch_size)]
-
-
-def _to(batch: dict, device: torch.device) -> dict:
-    return {k: v.to(device, non_blocking=True) for k, v in batch.items()} if device.type != "cpu" else batch
-
-
-def _evaluate_batches(model, batches, task, device, accelerator=None) -> dict:
-    """Loss and metrics over the batches (the model must be in eval mode). Under several processes each
-    evaluates its share and the predictions are gathered, so every process gets the same numbers."""
-    predictions, labels, loss_sum, count = [], [], torch.zeros((), device=device), 0
-    with torch.inference_mode():
-        for batch in batches:
-            batch = _to(batch, device)
-            output = model(**batch)
-            size = len(batch["labels"])
-            loss_sum += output.loss * size
-            count += size
-            predictions.append(output.logits.argmax(-1))
-            labels.append(batch["labels"])
-    parts = [(torch.cat(predictions).tolist() if predictions else [], torch.cat(labels).tolist() if labels else [],
-              float(loss_sum), count)]
-    if accelerator is not None and accelerator.num_processes > 1:
-        parts = gather_object(parts)
-    predicted = [p for part in parts for p in part[0]]
-    truth = [t for part in parts for t in part[1]]
-    metrics = compute_metrics(task, predicted, truth)
-    metrics["loss"] = sum(part[2] for part in parts) / sum(part[3] for part in parts)
-    return metrics
-
-
-def evaluate(model, eval_data: TokenizedSplit, batch_size: int = 128, device="auto") -> dict:
-    """The task's metrics (fractions, main metric first) and the mean cross-entropy ``loss``.
-
-    ``device="auto"`` evaluates where the model already is; a device name moves the model there. The
-    model's train/eval mode is restored afterwards.
-    """
-    check_positive_int("batch_size", batch_size)
-    if not isinstance(eval_data, TokenizedSplit) or len(eval_data) == 0:
-        raise ValueError("eval_data must be a non-empty TokenizedSplit (adapterlab.data.tokenize(split, tokenizer))")
-    if device == "auto":
-        device = next(model.parameters()).device
-    else:
-        device = pick_device(device)
-        model.to(device)
-    was_training = model.training
-    model.eval()
-    try:
-        return _evaluate_batches(model, _eval_batches(eval_data, batch_size), eval_data.split.task, device)
-    finally:
-        model.train(was_training)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -479,9 +405,9 @@ def train(model, train_data: TokenizedSplit, eval_data: TokenizedSplit | None, c
     scheduler = get_linear_schedule_with_warmup(optimizer, warmup_steps(total_steps, config.warmup_ratio), total_steps)
     wrapped, optimizer = accelerator.prepare(model, optimizer)
     parameters = [p for _, p in trainable]
-    eval_batches = None
+    dev_batches = None
     if eval_data is not None:
-        eval_batches = _eval_batches(eval_data, config.eval_batch_size)[rank::world]
+        dev_batches = eval_batches(eval_data, config.eval_batch_size)[rank::world]
     sync_every = 1 if device.type == "cpu" else ACCELERATOR_SYNC_STEPS
 
     history = History(task=task.name, metric=task.metric, title=f"{config.method} on {task.name}")
@@ -502,13 +428,10 @@ def train(model, train_data: TokenizedSplit, eval_data: TokenizedSplit | None, c
         if world > 1:
             losses = accelerator.reduce(losses, "mean")
         values = losses.tolist()
-        first = len(history.loss)
         pending.clear()
-        history.loss.extend(values)
-        for offset, value in enumerate(values):
-            if not math.isfinite(value):
-                index = first + offset
-                raise TrainingDiverged(history.steps[index], value, history.learning_rate[index], config, history)
+        for value in values:
+            history.loss.append(value)
+            check_divergence(history, task.num_labels, config)
         recent = history.loss[-10:]
         postfix["loss"] = f"{sum(recent) / len(recent):.4f}"
         bar.set_postfix(postfix, refresh=False)
@@ -517,7 +440,7 @@ def train(model, train_data: TokenizedSplit, eval_data: TokenizedSplit | None, c
         nonlocal best_state, best_metric, best_step, best_metrics, eval_seconds
         began = time.perf_counter()
         wrapped.eval()
-        metrics = _evaluate_batches(accelerator.unwrap_model(wrapped), eval_batches, task, device, accelerator)
+        metrics = evaluate_batches(accelerator.unwrap_model(wrapped), dev_batches, task, device, accelerator)
         wrapped.train()
         eval_seconds += time.perf_counter() - began
         history.evals.append({"step": step, "epoch": step / steps_per_epoch, **metrics,
@@ -540,7 +463,7 @@ def train(model, train_data: TokenizedSplit, eval_data: TokenizedSplit | None, c
                 if step == total_steps:
                     break
                 group = order[first:first + world]  # one batch per process
-                batch = _to(collate(train_data, group[rank]), device)
+                batch = to_device(collate(train_data, group[rank]), device)
                 loss = wrapped(**batch).loss
                 accelerator.backward(loss)
                 if config.max_grad_norm is not None:
@@ -553,7 +476,7 @@ def train(model, train_data: TokenizedSplit, eval_data: TokenizedSplit | None, c
                 history.steps.append(step)
                 history.examples += sum(len(indices) for indices in group)
                 pending.append(loss.detach())
-                evaluate_now = eval_batches is not None and (
+                evaluate_now = dev_batches is not None and (
                     step == total_steps or (config.eval_every is not None and step % config.eval_every == 0))
                 if step % sync_every == 0 or evaluate_now or step == total_steps:
                     flush()
@@ -596,7 +519,8 @@ def run_experiment(task="sst2", config: TrainConfig | None = None, backbone: str
 
     The result says which backbone really ran (``backbone_info``: the offline stand-in when
     bert-base-uncased is not available and ``fallback`` is on) and which data (``data_description``:
-    source and row counts, "TOY DATA" when the project's own small sets were used). Subsets of
+    source and row counts, "TOY DATA" when the project's own small sets were used; ``toy_data`` says
+    the same as a boolean). A :class:`TrainingDiverged` it raises carries the same three. Subsets of
     ``max_train`` / ``max_eval`` rows are label-stratified and seeded with ``config.seed``.
     """
     from .backbones import load_backbone
@@ -616,80 +540,11 @@ def run_experiment(task="sst2", config: TrainConfig | None = None, backbone: str
     train_data, eval_data = tokenize(train_split, tokenizer), tokenize(eval_split, tokenizer)
     set_seed(config.seed)  # the adapters' initial weights
     apply_method(model, config.method, **config.method_kwargs())
-    result = train(model, train_data, eval_data, config, callback=callback)
-    result.backbone_info, result.data_description = info, description
+    toy_data = train_split.is_toy or eval_split.is_toy
+    try:
+        result = train(model, train_data, eval_data, config, callback=callback)
+    except TrainingDiverged as error:  # say what ran, so that the partial run can be reported in full
+        error.backbone_info, error.data_description, error.toy_data = info, description, toy_data
+        raise
+    result.backbone_info, result.data_description, result.toy_data = info, description, toy_data
     return result
-
-
-# --------------------------------------------------------------------------------------------------
-# Command line: `adapterlab train` and `adapterlab evaluate`
-# --------------------------------------------------------------------------------------------------
-
-METRICS_FILE = "metrics.json"
-
-
-def _fail(command: str, error) -> int:
-    print(f"adapterlab {command}: error: {error}", file=sys.stderr)
-    return 2
-
-
-def train_command(args) -> int:
-    """Train, evaluate, write the adapter set (adapter methods only) and metrics.json to ``args.out``.
-
-    Methods without adapters (full, top_k, layernorm, head) change the backbone's own weights; for them
-    only metrics.json is written.
-    """
-    from .checkpoints import save_adapter_set
-
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        return _fail("train", f"--out {out} exists and is not a folder")
-    for flag, value in (("--max-train", args.max_train), ("--max-eval", args.max_eval)):
-        if value is not None and value < 1:
-            return _fail("train", f"{flag} must be a number of rows >= 1; got {value}")
-    try:
-        config = TrainConfig(method=args.method, bottleneck=args.bottleneck, top_k=args.top_k, learning_rate=args.lr,
-                             epochs=args.epochs, batch_size=args.batch_size, seed=args.seed,
-                             progress=not args.no_progress)
-        result = run_experiment(args.task, config, backbone=args.backbone, data_dir=args.data,
-                                max_train=args.max_train, max_eval=args.max_eval)
-        out.mkdir(parents=True, exist_ok=True)
-    except (ValueError, OSError) as error:  # bad arguments, data, backbone or output folder
-        return _fail("train", error)
-    report = result.to_dict()
-    report["task"] = get_task(args.task).name
-    if config.method in PLACEMENTS:
-        save_adapter_set(result.model, out, backbone=result.backbone_info,
-                         extra={"task": report["task"], "seed": config.seed, "metrics": result.metrics})
-        report["checkpoint"] = str(out)
-    else:
-        report["checkpoint"] = None
-        report["note"] = f"method {config.method} trains the backbone's own weights: no adapter set is written"
-    (out / METRICS_FILE).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    print(result.summary(sources=not config.progress))  # with progress on, run_experiment printed them
-    print(f"wrote {out / METRICS_FILE}" + (f" and the adapter set in {out}" if report["checkpoint"] else ""))
-    return 0
-
-
-def evaluate_command(args) -> int:
-    """Load an adapter set into its backbone and evaluate it on the task's dev set; print the metrics."""
-    from .backbones import load_backbone
-    from .checkpoints import load_adapter_set, read_adapter_config
-    from .data import load_split, tokenize
-
-    try:
-        manifest = read_adapter_config(args.checkpoint)
-        extra = manifest.get("extra") or {}
-        task = get_task(args.task or extra.get("task", "sst2"))
-        seed = int(extra.get("seed", 0))  # random backbones are rebuilt from the seed they were trained on
-        model, tokenizer, info = load_backbone(args.backbone or manifest["backbone"]["name"],
-                                               num_labels=manifest["backbone"]["num_labels"], seed=seed)
-        load_adapter_set(model, args.checkpoint)
-        split = load_split(task, "dev", args.data, max_examples=args.max_eval, seed=seed)
-        metrics = evaluate(model, tokenize(split, tokenizer), device=pick_device("auto"))
-    except (ValueError, OSError) as error:
-        return _fail("evaluate", error)
-    print(info.describe())
-    print(f"eval: {split.describe()}")
-    print(json.dumps({"task": task.name, "metrics": metrics}))
-    return 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 import importlib.util
 import math
+import os
 import socket
 from pathlib import Path
 
@@ -115,12 +116,25 @@ def test_load_split_reads_the_folder_named_by_the_environment(tmp_path, monkeypa
     assert "2 rows" in split.describe() and "TOY" not in split.describe()
 
 
-def test_a_missing_environment_folder_warns_and_falls_back(tmp_path, monkeypatch):
-    monkeypatch.setenv(data.DATA_ENV, str(tmp_path / "nowhere"))
+@pytest.mark.parametrize("setting", ["nowhere", "/nonexistent/glue"])
+def test_an_environment_folder_that_is_not_there_is_an_error_not_toy_data(tmp_path, monkeypatch, setting):
+    monkeypatch.setenv(data.DATA_ENV, setting)
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    with pytest.warns(UserWarning, match="nowhere"):
-        split = data.load_split("cola", "dev")
-    assert split.is_toy
+    with pytest.raises(DataError, match=f"ADAPTERLAB_DATA='{setting}'.* is not a folder.*or unset it"):
+        data.load_split("cola", "dev")
+    assert data.load_split("cola", "dev", source="toy").is_toy  # a forced source does not read the variable
+
+
+def test_a_relative_environment_folder_is_read_against_the_project_folder(tmp_path, monkeypatch):
+    glue = tmp_path / "glue"
+    write(glue / "SST-2" / "dev.tsv", "sentence\tlabel\ngood \t1\n")
+    monkeypatch.setenv(data.DATA_ENV, os.path.relpath(glue, REPO))
+    seen = set()
+    for folder in (REPO, REPO / "labs", tmp_path):  # the command line, the notebooks, anywhere else
+        monkeypatch.chdir(folder)
+        seen.add(data.locate_glue())
+        assert data.load_split("sst2", "dev").texts == ["good"]
+    assert seen == {glue.resolve()}
 
 
 def test_cola_layout_bare_quotes_and_no_final_newline(tmp_path):

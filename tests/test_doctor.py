@@ -13,10 +13,28 @@ import torch
 from adapterlab import backbones, data, doctor
 
 
+#: A small GLUE folder in the real layout: (folder, split) -> file text.
+GLUE_FILES = {
+    ("SST-2", "train"): "sentence\tlabel\na fine film \t1\ndull \t0\n",
+    ("SST-2", "dev"): "sentence\tlabel\ngood \t1\n",
+    ("CoLA", "train"): "gj04\t1\t\tHe left.\nr-67\t0\t*\tHim left.\nr-68\t1\t\tShe sang.\n",
+    ("CoLA", "dev"): "gj04\t1\t\tThey ran.",
+}
+
+
+def write_glue(folder: Path, skip=(), replace=None) -> Path:
+    """GLUE_FILES under ``folder``, leaving out the (folder, split) pairs in ``skip``."""
+    for (task, split), text in {**GLUE_FILES, **(replace or {})}.items():
+        if (task, split) not in skip:
+            (folder / task).mkdir(parents=True, exist_ok=True)
+            (folder / task / f"{split}.tsv").write_text(text, encoding="utf-8")
+    return folder
+
+
 @pytest.fixture
 def machine(monkeypatch, tmp_path):
     """A machine where everything is present; tests take things away."""
-    state = {"bert": True, "standin": tmp_path / "standin-model", "glue": tmp_path / "glue", "gone": set()}
+    state = {"bert": True, "standin": tmp_path / "standin-model", "glue": write_glue(tmp_path / "glue"), "gone": set()}
     monkeypatch.setattr(backbones, "bert_base_cached", lambda: state["bert"])
     monkeypatch.setattr(backbones, "standin_path", lambda: state["standin"])
     monkeypatch.setattr(data, "locate_glue", lambda: state["glue"])
@@ -44,7 +62,8 @@ def test_everything_present(machine, capsys):
         assert f"[OK] {name} {metadata.version(name)}" in checks
     assert line_about(checks, f"Python {sys.version_info.major}.{sys.version_info.minor}")
     assert line_about(checks, f"torch threads: {torch.get_num_threads()}; CPU cores: {os.cpu_count()}")
-    assert line_about(checks, f"GLUE data at {machine['glue']}")
+    assert line_about(checks, f"GLUE data at {machine['glue']}: SST-2 train 2 rows, SST-2 dev 1 rows, "
+                              "CoLA train 3 rows, CoLA dev 1 rows")
     assert line_about(checks, f"stand-in {backbones.STANDIN} at {machine['standin']}")
 
 
@@ -85,10 +104,35 @@ def test_missing_data_is_a_warning_with_the_fix(machine, capsys, monkeypatch):
 
 def test_data_folder_comes_from_the_environment(machine, capsys, monkeypatch, tmp_path):
     monkeypatch.undo()  # the real locate_glue and backbones this time
-    monkeypatch.setenv("ADAPTERLAB_DATA", str(tmp_path))
-    assert line_about(run(capsys)[1], "GLUE") == f"[OK] GLUE data at {tmp_path}"
+    glue = write_glue(tmp_path / "from-env")
+    monkeypatch.setenv("ADAPTERLAB_DATA", str(glue))
+    assert line_about(run(capsys)[1], "GLUE").startswith(f"[OK] GLUE data at {glue}: SST-2 train 2 rows")
     monkeypatch.setenv("ADAPTERLAB_DATA", str(tmp_path / "absent"))
-    assert f"ADAPTERLAB_DATA={str(tmp_path / 'absent')!r} is not a folder" in line_about(run(capsys)[1], "GLUE")
+    code, lines = run(capsys)
+    line = line_about(lines, "GLUE")
+    assert code == 1 and line.startswith("[MISSING] GLUE data not found")  # the labs would stop on it
+    assert f"ADAPTERLAB_DATA={str(tmp_path / 'absent')!r} is not a folder" in line and "-> point ADAPTERLAB_DATA" in line
+
+
+def test_an_empty_glue_folder_is_not_ok(machine, capsys, tmp_path):
+    machine["glue"] = tmp_path / "empty"
+    machine["glue"].mkdir()
+    code, lines = run(capsys)
+    line = line_about(lines, "GLUE")
+    assert code == 1 and line.startswith(f"[MISSING] GLUE data at {machine['glue']} cannot be used")
+    for name in ("SST-2/train.tsv", "SST-2/dev.tsv", "CoLA/train.tsv", "CoLA/dev.tsv"):
+        assert f"{name}: missing" in line
+
+
+def test_a_damaged_glue_file_is_named_with_its_line(machine, capsys, tmp_path):
+    machine["glue"] = write_glue(tmp_path / "damaged", skip={("CoLA", "dev")},
+                                 replace={("SST-2", "train"): "sentence\tlabel\nfine\t1\nno label here\n"})
+    code, lines = run(capsys)
+    line = line_about(lines, "GLUE")
+    assert code == 1 and "cannot be used" in line
+    assert "SST-2/train.tsv line 3: expected 2 tab-separated columns" in line and "CoLA/dev.tsv: missing" in line
+    found = line.split(" -> ")[0]
+    assert "SST-2/dev.tsv" not in found and "CoLA/train.tsv" not in found  # the files that read cleanly
 
 
 def test_a_missing_lab_package_fails_and_a_missing_test_package_does_not(machine, capsys):

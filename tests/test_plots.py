@@ -39,6 +39,6 @@ def test_training_history_legend_is_below_the_axis_titles():
     """The legend is horizontal and hangs below the plot area (paper y < 0, anchored at its top), so
     it cannot cover the x-axis titles, which sit just under the axes."""
     history = History(metric="accuracy", steps=[1, 2], loss=[0.7, 0.6], evals=[{"step": 2, "loss": 0.6, "accuracy": 0.5}])
-    legend = history.to_figure().layout.legend
+    legend = plots.training_figure(history).layout.legend
     assert legend.orientation == "h"
     assert legend.yanchor == "top" and legend.y < -0.2

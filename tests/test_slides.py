@@ -7,7 +7,6 @@ for the same offline property. tests/browser opens the decks in Chromium.
 
 from __future__ import annotations
 
-import argparse
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -18,7 +17,8 @@ import plotly.graph_objects as go
 import pytest
 
 from adapterlab.labfiles import LabNotFoundError, all_labs
-from adapterlab.slides import export_slides, slides_command
+from adapterlab.cli import main
+from adapterlab.slides import OutputFolderError, SlidesError, export_slides
 
 FIGURE = go.Figure(go.Scatter(x=[1, 2, 3], y=[3, 1, 2]), layout={"title": {"text": "loss"}}).to_dict()
 
@@ -157,8 +157,34 @@ def test_deck_without_figures_does_not_load_plotly(tmp_path):
 def test_unknown_lab_is_a_clear_error(tmp_path, capsys):
     with pytest.raises(LabNotFoundError, match="'nope' not found"):
         export_slides(["nope"], tmp_path)
-    assert slides_command(argparse.Namespace(labs=["nope"], out=str(tmp_path))) == 2
+    assert main(["slides", "nope", "--out", str(tmp_path)]) == 2
     assert "nope" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content", ["{ this is not json", '{"cells": 3, "metadata": {}, "nbformat": 4}'])
+def test_a_broken_notebook_is_one_line_naming_it(tmp_path, capsys, content):
+    lab = tmp_path / "01_broken.ipynb"
+    lab.write_text(content, encoding="utf-8")
+    with pytest.raises(SlidesError, match="01_broken.ipynb is not a notebook that can be read"):
+        export_slides([str(lab)], tmp_path / "out")
+    assert main(["slides", str(lab), "--out", str(tmp_path / "out")]) == 1
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"adapterlab slides: {lab} is not a notebook") and "restore it" in line
+    assert not list((tmp_path / "out").glob("*.html"))
+
+
+def test_an_unwritable_out_folder_is_one_line_saying_what_to_do(tmp_path, capsys):
+    lab = tmp_path / "01_small.ipynb"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [cell("md", "# Only text", "slide")]
+    nbformat.write(nb, lab)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(OutputFolderError, match="pass --out a folder you can write to"):
+        export_slides([str(lab)], blocker / "decks")
+    assert main(["slides", str(lab), "--out", str(blocker / "decks")]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"adapterlab slides: cannot write slides to {blocker / 'decks'}")
 
 
 @pytest.mark.skipif(not all_labs(), reason="no lab notebooks in labs/ yet")
