@@ -302,8 +302,8 @@ def load_split(
     ``source`` forces one source: "glue" (a GLUE folder must exist), "hub", or "toy". A ``data_dir`` or
     ``$ADAPTERLAB_DATA`` that is not a folder is an error, never a silent fall-back to other data (a
     relative ``$ADAPTERLAB_DATA`` is read against the project folder, see :func:`glue_from_environment`).
-    ``max_examples`` keeps a seeded, label-stratified subset (see :func:`stratified_indices`). Labs 0 and
-    6-9 load their data with it.
+    ``max_examples`` keeps a seeded, label-stratified subset (see :func:`stratified_indices`). Every lab
+    that reads sentences loads them with it (labs 0, 2, 3 and 5-9).
     """
     spec = get_task(task)
     split = _check_split(split)

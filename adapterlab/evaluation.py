@@ -18,7 +18,8 @@ from .data import TokenizedSplit, collate, compute_metrics
 
 def pick_device(requested: str | torch.device = "auto") -> torch.device:
     """The device to compute on: ``"auto"`` takes CUDA, then Apple MPS, then the CPU; a name
-    (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"``) is checked to exist here. Used by lab 6's training."""
+    (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"``) is checked to exist here. Training (labs 6-9) and
+    ``adapterlab evaluate`` pick their device with it."""
     if isinstance(requested, str) and requested == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda")
