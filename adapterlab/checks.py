@@ -170,14 +170,16 @@ def _dead_init(adapter: nn.Module, h: torch.Tensor) -> str | None:
             "both matrices start at zero. W_up's gradient needs f(W_down h + b_down) ≠ 0 and W_down's needs "
             "W_up ≠ 0, so neither can ever start"
         )
+        fix = "Keep one of them random: the identity at the start needs only one of them to be zero."
     else:
         why = (
             "W_down starts at zero, so every bottleneck unit sits at z = 0, where your f gives 0 and passes no "
             "gradient"
         )
+        fix = "Start W_down random."
     return (
         f"Your adapter cannot learn: {why}. At step zero only b_up gets a gradient, and b_up alone can only "
-        "add a constant. Start one of the matrices random (near the identity does not need both small)."
+        f"add a constant. {fix}"
     )
 
 
@@ -256,7 +258,8 @@ def _general_case(d: int, r: int, tokens: int, activation: str, seed: int):
     """
     for attempt in range(100):
         generator = torch.Generator().manual_seed(1000 * seed + attempt)
-        adapter = BottleneckAdapter(d, r, activation, init="bert")
+        with torch.random.fork_rng():  # leave the notebook's random state as it was
+            adapter = BottleneckAdapter(d, r, activation, init="bert")
         with torch.no_grad():
             for parameter in adapter.parameters():
                 parameter.copy_(0.5 * torch.randn(parameter.shape, generator=generator))
@@ -464,7 +467,8 @@ def check_fold(fold_fn) -> None:
     name = _name(fold_fn)
     dense, adapter, x = _fold_case()
     before = copy.deepcopy(dense.state_dict())
-    folded = _call(f"{name}(dense, adapter)", fold_fn, dense, adapter, hint=_FOLD_ORDER)
+    with torch.random.fork_rng():  # a new nn.Linear draws from the notebook's generator
+        folded = _call(f"{name}(dense, adapter)", fold_fn, dense, adapter, hint=_FOLD_ORDER)
     if any(not torch.equal(before[k], v) for k, v in dense.state_dict().items()):
         raise CheckFailed(
             "Your fold changed the original dense layer in place. Build a new nn.Linear and leave dense as it "
@@ -533,7 +537,8 @@ def check_parallel_fold(fold_fn) -> None:
     name = _name(fold_fn)
     projection, adapter, scale, x = _parallel_case()
     before = copy.deepcopy(projection.state_dict())
-    folded = _call(f"{name}(projection, adapter, scale)", fold_fn, projection, adapter, scale)
+    with torch.random.fork_rng():  # a new nn.Linear draws from the notebook's generator
+        folded = _call(f"{name}(projection, adapter, scale)", fold_fn, projection, adapter, scale)
     if any(not torch.equal(before[k], v) for k, v in projection.state_dict().items()):
         raise CheckFailed("Your fold changed the projection in place. Build a new nn.Linear and leave the projection as it was.")
     if not isinstance(folded, nn.Linear) or (folded.in_features, folded.out_features) != (12, 12):
@@ -710,7 +715,7 @@ def _name_kind(name: str) -> str:
     return "backbone weight"
 
 
-def _diagnose_names(missing: set, extra: set, existing: set, placement: str, train_layernorm: bool) -> str:
+def _diagnose_names(missing: set, extra: set, existing: set, placement: str) -> str:
     unknown = sorted(name for name in extra if name not in existing and not _ADAPTER_NAME.fullmatch(name))
     if unknown:
         return (
@@ -724,12 +729,12 @@ def _diagnose_names(missing: set, extra: set, existing: set, placement: str, tra
         "at the FFN's output module only" if placement == "pfeiffer" else "beside the FFN, added in at its output module")
     if "attention adapter" in kinds_extra or "FFN adapter" in kinds_missing or "attention adapter" in kinds_missing:
         return f"Your adapters are in the wrong position: {placement} puts its adapters {positions}."
-    if not train_layernorm and kinds_extra & {"embeddings LayerNorm", "attention LayerNorm", "FFN LayerNorm"}:
+    if kinds_extra == {"embeddings LayerNorm"}:
+        return "You included the embeddings LayerNorm: with train_layernorm=False it stays frozen like every other one."
+    if kinds_extra & {"embeddings LayerNorm", "attention LayerNorm", "FFN LayerNorm"}:
         return "With train_layernorm=False every LayerNorm stays frozen (as in AdapterHub); leave them out."
     if "embeddings LayerNorm" in kinds_missing and len(kinds_missing) == 1:
         return "You forgot the embeddings LayerNorm: BERT has one after the embeddings as well as two in every layer."
-    if "embeddings LayerNorm" in kinds_extra:
-        return "You included the embeddings LayerNorm, but the LayerNorms are frozen here."
     if "attention LayerNorm" in kinds_missing and "FFN LayerNorm" not in kinds_missing:
         return "You forgot the attention LayerNorms: every layer has one after attention as well as one after the FFN."
     if kinds_missing & {"attention LayerNorm", "FFN LayerNorm", "embeddings LayerNorm"}:
@@ -756,7 +761,8 @@ def check_trained_names(names_fn) -> None:
     name = _name(names_fn)
     names = [n for n, _ in _tiny_bert().named_parameters()]
     for placement, train_layernorm in PLACEMENT_CASES:
-        model = add_adapters(_tiny_bert(), placement, 4, train_layernorm=train_layernorm)
+        with torch.random.fork_rng():  # drawing the adapters must not shift the notebook's generator
+            model = add_adapters(_tiny_bert(), placement, 4, train_layernorm=train_layernorm)
         expected = {n for n, p in model.named_parameters() if p.requires_grad}
         existing = {n for n, _ in model.named_parameters()}
         call = f"{name}(names, {placement!r}, train_layernorm={train_layernorm})"
@@ -765,7 +771,7 @@ def check_trained_names(names_fn) -> None:
             raise CheckFailed(f"{call} returned a {type(got).__name__}; return a set of parameter names.")
         got = set(got)
         if got != expected:
-            problem = _diagnose_names(expected - got, got - expected, existing, placement, train_layernorm)
+            problem = _diagnose_names(expected - got, got - expected, existing, placement)
             raise CheckFailed(f"{call}: {problem}")
     _passed(
         "Your sets match requires_grad of a real BERT with adapters for all three placements, LayerNorms trained "

@@ -181,8 +181,8 @@ def test_adapter_class_names_the_mistake():
     _fails(checks.check_adapter_class, ScalarBias, "bias shapes are wrong", "b_down has shape (4,)")
     _fails(checks.check_adapter_class, NoDownBias, "b_up but no b_down")
     _fails(checks.check_adapter_class, Swapped, "`self.down` maps 4 → 16")
-    _fails(checks.check_adapter_class, DeadInit, "cannot learn", "both matrices start at zero")
-    _fails(checks.check_adapter_class, ZeroDownRelu, "cannot learn", "W_down starts at zero")
+    _fails(checks.check_adapter_class, DeadInit, "cannot learn", "both matrices start at zero", "Keep one of them random")
+    _fails(checks.check_adapter_class, ZeroDownRelu, "cannot learn", "W_down starts at zero", "Start W_down random")
     _fails(checks.check_adapter_class, ConstantInit, "identical", "as if r were 1")
 
 
@@ -547,6 +547,8 @@ def test_trained_names_name_the_mistake():
     _fails(check, lambda n, p, t: right_names(n, "houlsby", t), "wrong position", "pfeiffer")
     _fails(check, lambda n, p, t: right_names(n, p, t, positions=("output",)), "wrong position", "houlsby")
     _fails(check, lambda n, p, t: right_names(n, p, True), "train_layernorm=False every LayerNorm stays frozen")
+    embeddings_always = lambda n, p, t: right_names(n, p, t) | {"bert.embeddings.LayerNorm.weight", "bert.embeddings.LayerNorm.bias"}
+    _fails(check, embeddings_always, "included the embeddings LayerNorm")
     _fails(check, lambda n, p, t: right_names(n, p, t, positions=("intermediate",)), "not parameters of the model")
     _fails(check, lambda n, p, t: right_names(n, p, t) | {"bert.encoder.layer.0.output.dense.weight"}, "frozen backbone")
     _fails(check, lambda n, p, t: ",".join(right_names(n, p, t)), "return a set")
@@ -554,3 +556,25 @@ def test_trained_names_name_the_mistake():
 
 def test_trained_names_report_a_stub_as_missing():
     _fails(checks.check_trained_names, _stub, MISSING)
+
+
+# --------------------------------------------------------------------------------------------------
+# every check
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("check, answer", [
+    (checks.check_adapter_class, RightAdapter),
+    (checks.check_adapter_gradients, right_general),
+    (checks.check_zero_up_gradients, right_gradients),
+    (checks.check_fold, fold_linear_adapter),
+    (checks.check_parallel_fold, right_parallel),
+    (checks.check_trained_count, right_count),
+    (checks.check_trained_names, right_names),
+], ids=lambda value: getattr(value, "__name__", ""))
+def test_a_check_leaves_the_notebooks_random_state_alone(check, answer, capsys):
+    """A lab's later cells draw from the global generator: running a check must not shift what they draw."""
+    before = torch.get_rng_state()
+    check(answer)
+    assert torch.equal(torch.get_rng_state(), before)
+    assert capsys.readouterr().out.startswith("✔")
