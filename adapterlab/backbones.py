@@ -12,7 +12,12 @@ Names (part of the API):
 * ``BERT_BASE_RANDOM`` = "bert-base-random" — ``BertConfig()`` (exactly BERT-base's shape) with random
   weights: for shapes, parameter counts and speed, never for accuracy.
 * ``TINY`` = "tiny-random" — 2 layers, d = 32, random weights: for fast tests.
+* a local folder (``save_pretrained`` output) is loaded from there, offline;
 * any other name is treated as a Hugging Face model id (cache first, then the hub).
+
+Weights are read from safetensors files only (``use_safetensors=True`` on every load): a
+``pytorch_model.bin`` is a pickle, and unpickling a file can run code hidden in it. An adapter set
+records its backbone's name, so a checkpoint could point ``load_backbone`` at any folder.
 
 Going offline never costs more than a couple of seconds: ``HF_HUB_OFFLINE=1`` skips the hub, and
 otherwise a short connection probe decides whether the hub is worth trying.
@@ -52,7 +57,7 @@ class BackboneError(OSError):
 class BackboneInfo:
     """What was really loaded, so that a notebook can say which model its numbers come from.
 
-    ``source`` is "cache", "hub", "package" (the stand-in) or "random". ``is_standin`` is True when
+    ``source`` is "folder", "cache", "hub", "package" (the stand-in) or "random". ``is_standin`` is True when
     the model is the packaged stand-in, whether asked for by name or loaded as the fallback; in the
     fallback case ``notice`` explains why (it is empty otherwise).
     """
@@ -75,9 +80,8 @@ class BackboneInfo:
         elif self.is_standin:
             where = f"offline stand-in from the {STANDIN_PACKAGE} package"
         else:
-            where = {"cache": "from the local cache", "hub": "from the Hugging Face hub", "random": "random weights"}[
-                self.source
-            ]
+            where = {"folder": "from a local folder", "cache": "from the local cache", "hub": "from the Hugging Face hub",
+                     "random": "random weights"}[self.source]
         return f"Backbone: {self.loaded} ({where}: {shape})"
 
 
@@ -98,8 +102,7 @@ def bert_base_cached() -> bool:
     """Whether bert-base-uncased (config and weights) is in the local Hugging Face cache."""
     if not isinstance(try_to_load_from_cache(BERT_BASE, "config.json"), str):
         return False
-    weights = ("model.safetensors", "pytorch_model.bin")
-    return any(isinstance(try_to_load_from_cache(BERT_BASE, name), str) for name in weights)
+    return isinstance(try_to_load_from_cache(BERT_BASE, "model.safetensors"), str)  # the only weights we read
 
 
 def expected_backbone(name: str, fallback: bool = True) -> str:
@@ -131,11 +134,13 @@ def _quiet_transformers(progress: bool):
 
 
 def _from_pretrained(source: str, num_labels: int, seed: int, local_files_only: bool):
-    """Model + tokenizer from a folder or model id; the new classification head is seeded."""
+    """Model + tokenizer from a folder or model id; the new classification head is seeded. Weights come
+    from safetensors only: a folder or repository with nothing but a pickled .bin raises OSError."""
     with _quiet_transformers(progress=not local_files_only), torch.random.fork_rng():
         torch.manual_seed(seed)
         model, loading = AutoModelForSequenceClassification.from_pretrained(
-            source, num_labels=num_labels, local_files_only=local_files_only, output_loading_info=True
+            source, num_labels=num_labels, local_files_only=local_files_only, output_loading_info=True,
+            use_safetensors=True,
         )
         tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local_files_only)
     unexpected_new = sorted(k for k in loading["missing_keys"] if not k.startswith("classifier."))
@@ -164,6 +169,18 @@ def _load_random(config: BertConfig, seed: int):
     return model.eval(), AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
 
 
+def _load_from_folder(folder: Path, num_labels: int, seed: int):
+    """(model, tokenizer, "folder") from a local save_pretrained folder, or a BackboneError saying why not."""
+    try:
+        return (*_from_pretrained(str(folder), num_labels, seed, local_files_only=True), "folder")
+    except OSError as error:
+        raise BackboneError(
+            f"{folder} cannot be loaded as a backbone: {error}. adapterlab reads weights only from "
+            "model.safetensors (a pytorch_model.bin is a pickle, which can run code when loaded); save the model "
+            "with save_pretrained() (transformers writes safetensors) or choose another backbone"
+        ) from error
+
+
 def _load_from_hf(name: str, num_labels: int, seed: int):
     """(model, tokenizer, source) from the local cache, else from the hub; BackboneError if neither."""
     try:
@@ -180,7 +197,11 @@ def _load_from_hf(name: str, num_labels: int, seed: int):
 
 
 def load_backbone(name: str = BERT_BASE, num_labels: int = 2, fallback: bool = True, seed: int = 0):
-    """Load a BERT-family sequence classifier (in eval mode), its tokenizer and a BackboneInfo.
+    """Load a BERT-family sequence classifier (in eval mode), its tokenizer and a BackboneInfo (every lab
+    that needs a backbone starts here; lab 0 reports which one loaded).
+
+    ``name`` is one of the names above, a local folder or a Hugging Face model id; weights are read
+    from safetensors files only.
 
     ``seed`` makes the randomly initialised parts (the classification head; everything for the
     random backbones) the same on every run, without touching the global random state.
@@ -201,6 +222,8 @@ def load_backbone(name: str = BERT_BASE, num_labels: int = 2, fallback: bool = T
         config = BertConfig(num_labels=num_labels, **(TINY_CONFIG if name == TINY else {}))
         model, tokenizer = _load_random(config, seed)
         source = "random"
+    elif Path(name).expanduser().is_dir():
+        model, tokenizer, source = _load_from_folder(Path(name).expanduser(), num_labels, seed)
     else:
         try:
             model, tokenizer, source = _load_from_hf(name, num_labels, seed)

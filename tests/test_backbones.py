@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import pickle
 import socket
+from pathlib import Path
 
 import huggingface_hub
 import pytest
@@ -140,6 +142,52 @@ def test_cached_bert_base_is_loaded_from_the_cache(offline):
         model.bert.embeddings.word_embeddings.weight, reference.bert.embeddings.word_embeddings.weight
     )
     assert info.describe().startswith(f"Backbone: {BERT_BASE} (from the local cache:")
+
+
+def pickled_only_folder(folder, marker, seed=3):
+    """A save_pretrained folder whose weights are only a pytorch_model.bin that runs code when unpickled."""
+
+    class Payload:
+        def __reduce__(self):
+            return (Path.touch, (marker,))
+
+    torch.manual_seed(seed)
+    model = transformers.BertForSequenceClassification(transformers.BertConfig(**backbones.TINY_CONFIG))
+    model.save_pretrained(folder)
+    transformers.AutoTokenizer.from_pretrained(str(backbones.standin_path())).save_pretrained(folder)
+    (folder / "model.safetensors").unlink()
+    with open(folder / "pytorch_model.bin", "wb") as file:
+        pickle.dump({**model.state_dict(), "payload": Payload()}, file)
+    return model
+
+
+def test_a_folder_with_only_a_pickle_is_refused_without_unpickling(offline, tmp_path):
+    """An adapter set names its backbone; a name that is a folder of pickled weights must not be unpickled."""
+    marker = tmp_path / "code-ran"
+    pickled_only_folder(tmp_path / "backbone", marker)
+    loaded = []
+    real_load = torch.load
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch, "load", lambda *args, **kwargs: loaded.append(args) or real_load(*args, **kwargs))
+        with pytest.raises(BackboneError, match="reads weights only from model.safetensors"):
+            load_backbone(str(tmp_path / "backbone"))
+    assert not marker.exists() and loaded == []
+
+
+def test_a_folder_with_safetensors_loads_from_the_folder(offline, tmp_path):
+    reference = pickled_only_folder(tmp_path / "backbone", tmp_path / "code-ran")
+    safetensors.torch.save_model(reference, str(tmp_path / "backbone" / "model.safetensors"))
+    model, _, info = load_backbone(str(tmp_path / "backbone"), num_labels=2)
+    assert info.source == "folder" and "from a local folder" in info.describe()
+    assert torch.equal(model.bert.embeddings.word_embeddings.weight, reference.bert.embeddings.word_embeddings.weight)
+    assert not (tmp_path / "code-ran").exists()
+
+
+def test_a_cache_with_only_pickled_weights_does_not_count_as_cached(offline):
+    fake_cached_bert_base(offline)
+    snapshot = offline / "models--bert-base-uncased" / "snapshots" / ("0" * 40)
+    (snapshot / "model.safetensors").rename(snapshot / "pytorch_model.bin")
+    assert not backbones.bert_base_cached()
 
 
 def test_offline_environment_skips_the_probe(offline):
