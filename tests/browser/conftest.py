@@ -74,11 +74,27 @@ SLIDES = REPO / "build" / "slides"
 
 
 @pytest.fixture(scope="session")
-def decks():
-    """Every lab's deck, exported once into build/slides (the instructor's folder): {lab stem: deck path}."""
+def exported():
+    """Every lab's deck, exported once into build/slides (the instructor's folder), and each notebook as
+    read just before the export (labs may change while the tests run): ({lab stem: deck}, {lab stem: notebook})."""
+    import nbformat
+
+    from adapterlab.labfiles import all_labs
     from adapterlab.slides import export_slides
 
-    return {deck.name.removesuffix(".slides.html"): deck for deck in export_slides(None, SLIDES)}
+    notebooks = {lab.stem: nbformat.read(lab, as_version=4) for lab in all_labs()}
+    decks = {deck.name.removesuffix(".slides.html"): deck for deck in export_slides(None, SLIDES)}
+    return decks, notebooks
+
+
+@pytest.fixture(scope="session")
+def decks(exported):
+    return exported[0]
+
+
+@pytest.fixture(scope="session")
+def deck_notebooks(exported):
+    return exported[1]
 
 
 @pytest.fixture

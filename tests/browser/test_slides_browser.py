@@ -34,8 +34,8 @@ def figure_count(nb) -> int:
 
 
 @pytest.mark.parametrize("lab", all_labs(), ids=lambda lab: lab.stem)
-def test_deck_opens_offline(lab, page, decks, screenshots):
-    nb = nbformat.read(lab, as_version=4)
+def test_deck_opens_offline(lab, page, decks, deck_notebooks, screenshots):
+    nb = deck_notebooks[lab.stem]
     blocked, failed, errors = [], [], []
 
     def only_files(route):

@@ -96,11 +96,14 @@ def formulas_in(markdown: str) -> int:
     return len(_FORMULA.findall(_CODE.sub("", markdown)))
 
 
-def walk_deck(page, deck) -> tuple[list[str], list[str], list[float]]:
-    """Show every slide of the deck; return the problems ("slide N: ..."), the screenshots (base64)
-    and each slide's scale."""
+def open_deck(page, deck) -> None:
     page.goto(deck.as_uri())
     page.wait_for_function("() => window.Reveal && Reveal.isReady()", timeout=30_000)
+
+
+def walk_deck(page) -> tuple[list[str], list[str], list[float]]:
+    """Show every slide of the open deck; return the problems ("slide N: ..."), the screenshots (base64)
+    and each slide's scale."""
     page.evaluate("Reveal.configure({transition: 'none', backgroundTransition: 'none'})")
     indices = page.evaluate("Reveal.getSlides().map(slide => Reveal.getIndices(slide)).map(i => [i.h, i.v || 0])")
     problems, shots, scales = [], [], []
@@ -127,7 +130,8 @@ def save_contact_sheet(browser, shots, path, title) -> None:
 def test_every_slide_fits(lab, size, browser, offline_page, decks, screenshots):
     page, seen = offline_page["page"], offline_page
     page.set_viewport_size({"width": size[0], "height": size[1]})
-    problems, shots, scales = walk_deck(page, decks[lab.stem])
+    open_deck(page, decks[lab.stem])
+    problems, shots, scales = walk_deck(page)
     label = f"{size[0]}x{size[1]}"
     save_contact_sheet(browser, shots, screenshots / f"contact-{lab.stem}-{label}.png",
                        f"{lab.stem} at {label}: {len(shots)} slides, smallest scale {min(scales):.2f}")
@@ -138,15 +142,50 @@ def test_every_slide_fits(lab, size, browser, offline_page, decks, screenshots):
     assert not problems, f"{lab.stem} at {label}: slides that do not fit:\n" + "\n".join(problems)
 
 
-@pytest.mark.parametrize("lab", all_labs(), ids=lambda lab: lab.stem)
-def test_every_formula_is_drawn_once(lab, page, decks):
-    """Each markdown cell shows as many rendered formulas as its source has, after every slide was shown."""
-    nb = nbformat.read(lab, as_version=4)
+# Formulas as the labs write them: inline, display, several per cell, on slides away from the first.
+FORMULA_CELLS = [
+    "## One adapter\n\nIts relative size is\n\n$$\\frac{\\lVert \\text{Adapter}(h) - h \\rVert}{\\lVert h \\rVert} "
+    "\\approx \\tfrac12 \\cdot v \\cdot \\sigma^2 \\sqrt{r\\,d}$$\n\nabout **86·σ²** for d = 768, r = 64.",
+    "## Zero-up init\n\nTake the loss $L = \\sum_t \\langle \\text{Adapter}(h_t), \\delta_t \\rangle$,\nso that "
+    "$\\partial L / \\partial\\,\\text{Adapter}(h_t) = \\delta_t$, and let $z_t = W_{down} h_t + b_{down}$:\n\n"
+    "$$\\frac{\\partial L}{\\partial W_{up}} = \\sum_t \\delta_t\\, f(z_t)^\\top \\neq 0$$",
+    "## Step 1\n\n$W_{down} \\in \\mathbb{R}^{r \\times d}$ and $b_{down} \\in \\mathbb{R}^{r}$ squeeze each token.",
+]
+
+
+@pytest.fixture(scope="module")
+def formula_deck(tmp_path_factory):
+    from adapterlab.slides import export_slides
+
+    folder = tmp_path_factory.mktemp("formulas")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# Formulas", metadata={"slideshow": {"slide_type": "slide"}})]
+    for number, source in enumerate(FORMULA_CELLS):
+        nb.cells += [nbformat.v4.new_markdown_cell(f"## Filler {number}", metadata={"slideshow": {"slide_type": "slide"}}),
+                     nbformat.v4.new_markdown_cell(source, metadata={"slideshow": {"slide_type": "slide"}})]
+    nbformat.write(nb, folder / "99_formulas.ipynb")
+    [deck] = export_slides([str(folder / "99_formulas.ipynb")], folder / "out")
+    return deck, nb
+
+
+@pytest.mark.parametrize("lab", [*(lab.stem for lab in all_labs()), "formulas"])
+def test_every_formula_is_drawn_once(lab, page, request):
+    """Each markdown cell shows as many rendered formulas as its source has, after the slides were paged
+    through while MathJax was still typesetting and then shown one by one."""
+    if lab == "formulas":
+        deck, nb = request.getfixturevalue("formula_deck")
+    else:
+        deck, nb = request.getfixturevalue("decks")[lab], request.getfixturevalue("deck_notebooks")[lab]
     expected = {cell.id: formulas_in(cell.source) for cell in nb.cells if cell.cell_type == "markdown"}
     page.set_viewport_size({"width": 1280, "height": 720})
-    walk_deck(page, decks[lab.stem])
+    open_deck(page, deck)
+    # page through the deck at once, while MathJax is still typesetting, as an instructor might
+    page.evaluate("Reveal.getSlides().forEach(slide => { const i = Reveal.getIndices(slide); Reveal.slide(i.h, i.v); })")
+    walk_deck(page)
+    # per markdown cell: MathJax's formula frames, and the typeset formulas inside them (HTML-CSS's span.math)
     drawn = page.evaluate("""() => Object.fromEntries([...document.querySelectorAll('.jp-MarkdownCell[id^="cell-id="]')]
-        .map(cell => [cell.id.slice(8), cell.querySelectorAll('[id^="MathJax-Element-"][id$="-Frame"]').length]))""")
-    wrong = {cell: (drawn[cell], count) for cell, count in expected.items() if cell in drawn and drawn[cell] != count}
-    assert not wrong, f"{lab.stem}: markdown cells whose formulas are drawn a different number of times (drawn, in the source): {wrong}"
+        .map(cell => [cell.id.slice(8), [cell.querySelectorAll('[id^="MathJax-Element-"][id$="-Frame"]').length,
+                                         cell.querySelectorAll('span.math').length]]))""")
+    wrong = {cell: (drawn[cell], count) for cell, count in expected.items() if cell in drawn and drawn[cell] != [count, count]}
+    assert not wrong, f"{lab}: markdown cells whose formulas are drawn a different number of times ([frames, drawn], in the source): {wrong}"
     assert "Math Processing Error" not in page.inner_text("body")
