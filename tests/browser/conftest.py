@@ -57,6 +57,15 @@ def browser(tmp_path_factory):
     shutil.rmtree(profile, ignore_errors=True)
 
 
+@pytest.fixture(scope="session")
+def chromium_executable() -> str:
+    """The Chromium executable, for tests that run it without Playwright (PDF printing)."""
+    reason = _missing()
+    if reason:
+        pytest.skip(reason)
+    return str(CHROMIUM)
+
+
 @pytest.fixture
 def page(browser):
     page = browser.new_page()

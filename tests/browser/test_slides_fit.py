@@ -189,3 +189,66 @@ def test_every_formula_is_drawn_once(lab, page, request):
     wrong = {cell: (drawn[cell], count) for cell, count in expected.items() if cell in drawn and drawn[cell] != [count, count]}
     assert not wrong, f"{lab}: markdown cells whose formulas are drawn a different number of times ([frames, drawn], in the source): {wrong}"
     assert "Math Processing Error" not in page.inner_text("body")
+
+
+@pytest.fixture(scope="module")
+def teaching_deck(tmp_path_factory):
+    """A small deck with speaker notes and a prediction, as the labs write them."""
+    from adapterlab.slides import export_slides
+
+    def md(source, kind, tags=()):
+        return nbformat.v4.new_markdown_cell(source, metadata={"slideshow": {"slide_type": kind}, "tags": list(tags)})
+
+    folder = tmp_path_factory.mktemp("teaching")
+    nb = nbformat.v4.new_notebook()
+    reveal = nbformat.v4.new_code_cell('print("THE-ANSWER")', metadata={"slideshow": {"slide_type": "fragment"}})
+    reveal.outputs = [nbformat.v4.new_output("stream", name="stdout", text="THE-ANSWER\n")]
+    nb.cells = [
+        md("# Teaching\n\nIntro.", "slide"),
+        md("## A slide with notes", "slide"),
+        md("SAY-THIS-ALOUD", "notes"),
+        md("**Predict.** Which one?\n\n(a) this (b) that", "slide", ["prediction"]),
+        nbformat.v4.new_code_cell('my_prediction = ""  # write "a", "b" or "c", then run the cells below',
+                                  metadata={"slideshow": {"slide_type": "skip"}, "tags": ["prediction"]}),
+        reveal,
+        md("**What this teaches.** Something.", "fragment"),
+    ]
+    nbformat.write(nb, folder / "98_teaching.ipynb")
+    [deck] = export_slides([str(folder / "98_teaching.ipynb")], folder / "out")
+    return deck
+
+
+def test_notes_cells_are_speaker_notes_in_the_browser(page, teaching_deck):
+    open_deck(page, teaching_deck)
+    notes = page.evaluate("Reveal.getSlides().map(slide => Reveal.getSlideNotes(slide) || '')")
+    assert [i for i, note in enumerate(notes) if "SAY-THIS-ALOUD" in note] == [2], notes
+    assert page.locator("aside.notes", has_text="SAY-THIS-ALOUD").count() == 1
+    assert not page.get_by_text("SAY-THIS-ALOUD").first.is_visible()
+
+
+def test_a_prediction_is_a_slide_whose_next_fragment_is_the_reveal(page, teaching_deck):
+    open_deck(page, teaching_deck)
+    page.evaluate("""() => { const slide = Reveal.getSlides().find(s => s.textContent.includes('Predict.'));
+                             const i = Reveal.getIndices(slide); Reveal.slide(i.h, i.v, -1); }""")
+    slide = page.evaluate("Reveal.getCurrentSlide().innerText")
+    assert "Predict." in slide and "A slide with notes" not in slide and "my_prediction" not in page.content()
+    answer = page.locator("section.present .fragment", has_text="THE-ANSWER")
+    assert answer.count() == 1 and "visible" not in (answer.get_attribute("class") or "")
+    page.evaluate("Reveal.nextFragment()")
+    assert "visible" in answer.get_attribute("class")
+
+
+def test_pdf_has_one_page_per_slide(chromium_executable, decks, tmp_path):
+    """`adapterlab slides --pdf` prints a deck through reveal.js's print view, one page per slide."""
+    import shutil
+
+    from adapterlab.slides_pdf import deck_to_pdf, page_count, slide_count
+
+    lab = min(decks)  # the setup lab: short, with a figure
+    shutil.copytree(decks[lab].parent / "lib", tmp_path / "lib")
+    deck = shutil.copy(decks[lab], tmp_path)
+    slides = slide_count(decks[lab].read_text(encoding="utf-8"))
+    assert slides > 3
+    pdf = deck_to_pdf(deck, chromium_executable)
+    assert pdf.name == f"{lab}.pdf" and pdf.read_bytes().startswith(b"%PDF")
+    assert page_count(pdf) == slides
