@@ -1,4 +1,4 @@
-"""Save and load an adapter set: what one task trains on top of a frozen backbone.
+"""Save and load an adapter set: what one task trains on top of a frozen backbone (lab 9).
 
 An adapter set is a folder with two files:
 
@@ -6,14 +6,28 @@ An adapter set is a folder with two files:
   (when the adapters were added with ``train_layernorm``) and the head (pooler + classifier). For
   BERT-base with Houlsby adapters at r = 64 that is about 3 M numbers (≈ 12 MB in float32), against
   440 MB for the whole model: the point of adapters is that a new task costs only this file.
-* ``adapter_config.json`` — how to rebuild the adapters (the arguments of ``add_adapters``), the
-  backbone's name and shape, the tensor names and shapes, and the SHA-256 of the tensor file.
+* ``adapter_config.json`` — the manifest: the :class:`~adapterlab.placement.AdapterConfig` that rebuilds
+  the adapters, the backbone's name and shape, the tensor names and shapes, the SHA-256 of the tensor
+  file, and a checksum over all of that, so a hand-edited config (another activation, say, which would
+  load the weights into the wrong nonlinearity) is refused rather than trusted.
 
 The tensors are read with safetensors only — never with ``torch.load`` / pickle, which can run code
-hidden in a file. Saving writes both files to temporary files in the same folder, syncs them to disk
-and then renames them over the final names, so an interrupted save leaves the previous set intact.
-The SHA-256 ties the two files together: a tensor file that does not belong to its config (a crash
-between the two renames, a truncated copy) is refused with a clear message.
+hidden in a file.
+
+Why a save survives a crash at any instant. The manifest is the commit point: the folder holds whichever
+set its manifest names, and the manifest is replaced by one atomic rename. A save
+
+1. writes the new tensors to a temporary file, syncs it to disk and renames it to
+   ``.adapters-<sha256>.safetensors`` (a name no loader reads unless a manifest asks for that hash);
+2. writes the new manifest the same way and renames it over ``adapter_config.json`` — from here on the
+   folder holds the new set, its tensors in the hidden file;
+3. renames the hidden file over ``adapters.safetensors``.
+
+A loader takes the tensors from the hidden file of the manifest's hash when it exists, else from
+``adapters.safetensors``, and checks them against that hash. So a kill before step 2 leaves the old set,
+a kill after it the new one, never a mix. Temporary and orphaned hidden files of killed saves are removed
+by the next save into the folder (and a step 3 it never reached is finished first). One process should
+write a folder at a time.
 """
 
 from __future__ import annotations
@@ -21,7 +35,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
+import re
+import secrets
 from pathlib import Path
 
 import safetensors
@@ -29,12 +44,25 @@ import safetensors.torch
 import torch
 from torch import nn
 
-from .placement import PlacementError, add_adapters, adapter_config, encoder_layers, parameter_group, remove_adapters
+from .placement import (
+    AdapterConfig,
+    PlacementError,
+    add_adapters,
+    adapter_config,
+    encoder_layers,
+    parameter_group,
+    remove_adapters,
+)
 
 TENSORS_FILE = "adapters.safetensors"
 CONFIG_FILE = "adapter_config.json"
 FORMAT = "adapterlab-adapter-set"
-FORMAT_VERSION = 1
+#: 2: the manifest carries a checksum over its own contents and the adapter config's every field.
+FORMAT_VERSION = 2
+#: Tensors of a save in progress, or of a committed save whose last rename a kill cut short.
+PENDING_TENSORS = re.compile(r"\.adapters-([0-9a-f]{64})\.safetensors")
+#: Files being written (``.<final name>.<random>.tmp``).
+TEMPORARY = re.compile(rf"\.({re.escape(TENSORS_FILE)}|{re.escape(CONFIG_FILE)}|adapters-[0-9a-f]{{64}}\.safetensors)\.\w+\.tmp")
 
 
 class CheckpointError(ValueError):
@@ -42,11 +70,14 @@ class CheckpointError(ValueError):
 
 
 def saved_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
-    """The parameters an adapter set holds: adapters, LayerNorms if trained with them, pooler, classifier."""
+    """The parameters an adapter set holds: adapters, LayerNorms if trained with them, pooler, classifier.
+
+    Lab 9 compares them before and after training a second task.
+    """
     config = adapter_config(model)
     if config is None:
         raise CheckpointError("this model has no adapters; call adapterlab.add_adapters(model, ...) first")
-    groups = {"adapters", "pooler", "classifier"} | ({"layernorm"} if config["train_layernorm"] else set())
+    groups = {"adapters", "pooler", "classifier"} | ({"layernorm"} if config.train_layernorm else set())
     return {name: p for name, p in model.named_parameters() if parameter_group(model, name) in groups}
 
 
@@ -70,76 +101,122 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _write_temp(directory: Path, final_name: str, write, temps: list) -> Path:
-    """Write a new file next to ``final_name`` with ``write(path)`` and sync it to disk."""
-    handle, name = tempfile.mkstemp(dir=directory, prefix=f".{final_name}.", suffix=".tmp")
-    os.close(handle)
-    path = Path(name)
-    temps.append(path)
-    write(path)
-    with open(path, "rb+") as file:
-        os.fsync(file.fileno())
-    os.chmod(path, 0o644)  # mkstemp makes it private; a checkpoint is meant to be shared
-    return path
+def manifest_checksum(manifest: dict) -> str:
+    """SHA-256 of the manifest without its own ``checksum`` entry, written as canonical JSON (sorted keys)."""
+    body = {key: value for key, value in manifest.items() if key != "checksum"}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _pending_name(sha256: str) -> str:
+    return f".adapters-{sha256}.safetensors"
+
+
+def _sync_folder(directory: Path) -> None:
+    """Make renames in ``directory`` durable (POSIX; Windows has no handle for a folder)."""
+    if hasattr(os, "O_DIRECTORY"):
+        handle = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(handle)
+        finally:
+            os.close(handle)
+
+
+def _write_durably(directory: Path, name: str, data: bytes) -> None:
+    """Put ``data`` at ``directory/name`` whole or not at all: write a temporary file, sync, rename."""
+    temporary = directory / f".{name.lstrip('.')}.{secrets.token_hex(6)}.tmp"
+    handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o644)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(handle, view):]
+            os.fsync(handle)
+        finally:
+            os.close(handle)
+        os.replace(temporary, directory / name)
+    except Exception:
+        temporary.unlink(missing_ok=True)  # an error (a full disk) leaves nothing; a kill leaves it to _tidy
+        raise
+    _sync_folder(directory)
+
+
+def _committed_sha256(directory: Path) -> str | None:
+    """The tensor hash the folder's manifest names, or None when it has no readable manifest."""
+    try:
+        sha = json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8")).get("sha256")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return sha if isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{64}", sha) else None
+
+
+def _tidy(directory: Path) -> None:
+    """Finish a committed save a kill cut short, and delete what killed saves left behind."""
+    committed = _committed_sha256(directory)
+    if committed is not None and (directory / _pending_name(committed)).is_file():
+        os.replace(directory / _pending_name(committed), directory / TENSORS_FILE)
+        _sync_folder(directory)
+    for path in list(directory.iterdir()):
+        if TEMPORARY.fullmatch(path.name) or PENDING_TENSORS.fullmatch(path.name):
+            os.unlink(path)
+
+
+def _check_dtype(dtype) -> None:
+    if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise CheckpointError(
+            f"dtype must be a floating-point torch dtype such as torch.float16 or torch.bfloat16 (or None to keep "
+            f"the model's); got {dtype!r}: an integer type would round every weight to a whole number"
+        )
 
 
 def save_adapter_set(model: nn.Module, directory, backbone=None, extra: dict | None = None, dtype=None) -> Path:
-    """Write the model's adapter set to ``directory`` (created if needed) and return the folder.
+    """Write the model's adapter set to ``directory`` (created if needed) and return the folder (lab 9).
 
     ``backbone`` is a BackboneInfo or a name, recorded so a reader knows what the adapters were
     trained on (default: the model's own name_or_path). ``extra`` is any JSON-serialisable dict
-    (task, metrics, ...). ``dtype=torch.float16`` halves the file; loading casts back to the model's dtype.
+    (task, metrics, ...). ``dtype=torch.float16`` halves the file; loading casts back to the model's
+    dtype. A set already in the folder is replaced atomically (see the module's notes).
     """
     from . import __version__
 
+    _check_dtype(dtype)
     directory = Path(directory)
     tensors = {
         name: p.detach().to(device="cpu", dtype=dtype or p.dtype).contiguous()
         for name, p in saved_parameters(model).items()
     }
     name = getattr(backbone, "loaded", backbone) or getattr(model.config, "name_or_path", "") or "unknown"
+    data = safetensors.torch.save(tensors)
     manifest = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "adapterlab_version": __version__,
-        "adapter": adapter_config(model),
+        "adapter": adapter_config(model).as_dict(),
         "backbone": {"name": str(name), **_backbone_shape(model)},
         "dtype": str(next(iter(tensors.values())).dtype).removeprefix("torch."),
         "tensors": {key: list(t.shape) for key, t in tensors.items()},
         "num_parameters": sum(t.numel() for t in tensors.values()),
         "extra": extra or {},
+        "sha256": hashlib.sha256(data).hexdigest(),
     }
     try:
-        json.dumps(manifest)
-    except TypeError as error:
+        manifest["checksum"] = manifest_checksum(manifest)
+    except (TypeError, ValueError) as error:
         raise CheckpointError(f"extra must hold only JSON values (str, numbers, lists, dicts): {error}") from error
     if directory.exists() and not directory.is_dir():
         raise CheckpointError(f"{directory} exists and is not a folder; choose a folder for the adapter set")
     directory.mkdir(parents=True, exist_ok=True)
-    temps: list[Path] = []
-    try:
-        tensors_tmp = _write_temp(
-            directory, TENSORS_FILE, lambda path: safetensors.torch.save_file(tensors, str(path)), temps
-        )
-        manifest["sha256"] = _sha256(tensors_tmp)
-        text = json.dumps(manifest, indent=2) + "\n"
-        config_tmp = _write_temp(directory, CONFIG_FILE, lambda path: path.write_text(text, encoding="utf-8"), temps)
-        os.replace(tensors_tmp, directory / TENSORS_FILE)
-        os.replace(config_tmp, directory / CONFIG_FILE)
-    finally:
-        for path in temps:
-            path.unlink(missing_ok=True)
-    if hasattr(os, "O_DIRECTORY"):  # make the renames durable too (POSIX only)
-        handle = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(handle)
-        finally:
-            os.close(handle)
+    _tidy(directory)
+    _write_durably(directory, _pending_name(manifest["sha256"]), data)
+    _write_durably(directory, CONFIG_FILE, (json.dumps(manifest, indent=2) + "\n").encode("utf-8"))
+    os.replace(directory / _pending_name(manifest["sha256"]), directory / TENSORS_FILE)
+    _sync_folder(directory)
     return directory
 
 
 def read_adapter_config(directory) -> dict:
-    """The parsed adapter_config.json of an adapter set, checked for the keys loading needs."""
+    """The parsed adapter_config.json of an adapter set, checked against its checksum and for the keys
+    loading needs (the ``adapter`` entry stays a dict; :class:`AdapterConfig`.from_dict rebuilds it)."""
     directory = Path(directory)
     if not directory.is_dir():
         raise CheckpointError(f"{directory}: no such folder; pass the folder save_adapter_set wrote")
@@ -152,15 +229,29 @@ def read_adapter_config(directory) -> dict:
         raise CheckpointError(f"{path} is not valid JSON ({error}); the adapter set is damaged") from error
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not an adapterlab adapter set (its 'format' is not {FORMAT!r})")
-    if not isinstance(manifest.get("format_version"), int) or manifest["format_version"] > FORMAT_VERSION:
+    version = manifest.get("format_version")
+    if isinstance(version, bool) or not isinstance(version, int) or version > FORMAT_VERSION:
         raise CheckpointError(
-            f"{path} has format_version {manifest.get('format_version')!r}; this adapterlab reads up to "
-            f"{FORMAT_VERSION}: upgrade adapterlab"
+            f"{path} has format_version {version!r}; this adapterlab reads up to {FORMAT_VERSION}: upgrade adapterlab"
+        )
+    if version < FORMAT_VERSION:
+        raise CheckpointError(
+            f"{path} has format_version {version}, written by an older adapterlab whose config carries no "
+            "checksum; save the adapter set again with this version"
+        )
+    if manifest.get("checksum") != manifest_checksum(manifest):
+        raise CheckpointError(
+            f"{path} was changed after it was saved (its checksum does not match its contents): a hand-edited "
+            "config would rebuild the adapters differently from how they were trained (another activation, "
+            "bottleneck or layers), so it is refused. Undo the edit, or build the adapters you want and save "
+            "them again"
         )
     required = {"adapter": dict, "backbone": dict, "sha256": str}
     for key, kind in required.items():
         if not isinstance(manifest.get(key), kind):
             raise CheckpointError(f"{path} is malformed: {key!r} is missing or not a {kind.__name__}")
+    if not re.fullmatch(r"[0-9a-f]{64}", manifest["sha256"]):
+        raise CheckpointError(f"{path} is malformed: 'sha256' is not a SHA-256 hex digest")
     for key in ("hidden_size", "num_layers", "num_labels"):
         if not isinstance(manifest["backbone"].get(key), int):
             raise CheckpointError(f"{path} is malformed: backbone.{key} is missing or not an integer")
@@ -178,7 +269,11 @@ def _check_backbone(model: nn.Module, manifest: dict, path: Path) -> None:
         )
 
 
-def _read_tensors(path: Path, manifest: dict) -> dict[str, torch.Tensor]:
+def _read_tensors(directory: Path, manifest: dict) -> dict[str, torch.Tensor]:
+    """The tensors the manifest names: the hidden file of its hash when a save stopped before its last
+    rename, else adapters.safetensors; checked against the hash, read without unpickling."""
+    pending = directory / _pending_name(manifest["sha256"])
+    path = pending if pending.is_file() else directory / TENSORS_FILE
     if not path.is_file():
         raise CheckpointError(f"{path} is missing; the folder does not hold a complete adapter set")
     if _sha256(path) != manifest["sha256"]:
@@ -187,19 +282,25 @@ def _read_tensors(path: Path, manifest: dict) -> dict[str, torch.Tensor]:
             "or from another save; save the adapter set again"
         )
     try:
-        return safetensors.torch.load_file(str(path))
+        tensors = safetensors.torch.load_file(str(path))
     except safetensors.SafetensorError as error:
         raise CheckpointError(
             f"{path} is not a readable safetensors file ({error}); save the adapter set again"
         ) from error
+    integral = sorted(name for name, tensor in tensors.items() if not tensor.is_floating_point())
+    if integral:
+        raise CheckpointError(
+            f"{path} holds weights of a non-floating type ({_some(integral)}); trained weights are floating-point "
+            "numbers: save the adapter set again with a floating dtype"
+        )
+    return tensors
 
 
-def _add_kwargs(config: dict) -> dict:
-    keys = ("placement", "bottleneck", "activation", "init", "init_scale", "layers", "train_layernorm", "bias")
-    kwargs = {key: config[key] for key in keys if key in config}
-    if config.get("parallel_scale") is not None:
-        kwargs["parallel_scale"] = config["parallel_scale"]
-    return kwargs
+def _saved_adapters(manifest: dict, path: Path) -> AdapterConfig:
+    try:
+        return AdapterConfig.from_dict(manifest["adapter"], what=f"{path}'s adapter entry")
+    except (ValueError, TypeError) as error:
+        raise CheckpointError(f"{path}: its adapter config cannot be applied to this model: {error}") from error
 
 
 def _some(names: list[str], shown: int = 5) -> str:
@@ -207,30 +308,30 @@ def _some(names: list[str], shown: int = 5) -> str:
 
 
 def load_adapter_set(model: nn.Module, directory, strict: bool = True) -> dict:
-    """Load an adapter set into ``model`` and return its config (adapter_config.json) with the
-    ``missing_keys`` and ``unexpected_keys`` of the load.
+    """Load an adapter set into ``model`` and return its manifest (adapter_config.json) with the
+    ``missing_keys`` and ``unexpected_keys`` of the load. Lab 9 swaps tasks on one backbone with it.
 
-    A model without adapters gets them first, as the config describes; a model with adapters must
-    have the same adapter config. ``strict`` (default) requires the file to hold exactly the
-    parameters the adapter method trains. On any error the model is left as it was.
+    A model without adapters gets them first, as the saved AdapterConfig describes; a model with
+    adapters must have the same AdapterConfig. ``strict`` (default) requires the file to hold exactly
+    the parameters the adapter method trains. On any error the model is left as it was.
     """
     directory = Path(directory)
     manifest = read_adapter_config(directory)
-    config_path, tensors_path = directory / CONFIG_FILE, directory / TENSORS_FILE
+    config_path = directory / CONFIG_FILE
+    saved = _saved_adapters(manifest, config_path)
     _check_backbone(model, manifest, config_path)
-    tensors = _read_tensors(tensors_path, manifest)
+    tensors = _read_tensors(directory, manifest)
     current = adapter_config(model)
-    if current is not None and json.loads(json.dumps(current)) != manifest["adapter"]:
-        saved = manifest["adapter"]
-        differ = sorted(k for k in set(current) | set(saved) if current.get(k) != saved.get(k))
-        detail = ", ".join(f"{k}: model {current.get(k)!r}, file {saved.get(k)!r}" for k in differ)
+    if current is not None and current != saved:
+        here, there = current.as_dict(), saved.as_dict()
+        detail = ", ".join(f"{k}: model {here[k]!r}, file {there[k]!r}" for k in here if here[k] != there[k])
         raise CheckpointError(
             f"{config_path}: the model already has adapters with another config ({detail}); "
             "call remove_adapters(model) first or load into a fresh backbone"
         )
     if current is None:
         try:
-            add_adapters(model, **_add_kwargs(manifest["adapter"]))
+            add_adapters(model, saved)
         except (PlacementError, ValueError, TypeError) as error:
             raise CheckpointError(
                 f"{config_path}: its adapter config cannot be applied to this model: {error}"
@@ -240,15 +341,15 @@ def load_adapter_set(model: nn.Module, directory, strict: bool = True) -> dict:
         for name, tensor in tensors.items():
             if name in expected and expected[name].shape != tensor.shape:
                 raise CheckpointError(
-                    f"{tensors_path}: tensor {name} has shape {list(tensor.shape)}, the model expects "
+                    f"{directory / TENSORS_FILE}: tensor {name} has shape {list(tensor.shape)}, the model expects "
                     f"{list(expected[name].shape)}; the config and the weights do not belong together"
                 )
         missing = sorted(set(expected) - set(tensors))
         unexpected = sorted(set(tensors) - set(expected))
         if strict and (missing or unexpected):
             raise CheckpointError(
-                f"{tensors_path} does not fit this model: missing {_some(missing)}, unexpected {_some(unexpected)}; "
-                "pass strict=False to load the rest"
+                f"{directory / TENSORS_FILE} does not fit this model: missing {_some(missing)}, "
+                f"unexpected {_some(unexpected)}; pass strict=False to load the rest"
             )
         with torch.no_grad():
             for name, tensor in tensors.items():

@@ -3,7 +3,8 @@
 Closed forms (d = hidden size, r = bottleneck, L = layers, k = adapters per layer):
 
 * one adapter: ``(d·r + r) + (r·d + d) = 2rd + r + d`` (``2rd`` without biases)
-* all adapters: ``L·k·(2rd + r + d)`` with k = 2 (houlsby), 1 (pfeiffer), 1 (parallel)
+* all adapters: ``L·k·(2rd + r + d)`` with k = 2 (houlsby), 1 (pfeiffer), 1 (parallel), as
+  :attr:`adapterlab.placement.AdapterConfig.adapters_per_layer` says (L counts the adapted layers)
 * LayerNorms: ``2d`` each (gain and bias); BERT has ``2L + 1`` of them (two per layer and one
   after the embeddings)
 * head: pooler ``d² + d``, classifier ``d·n + n`` for n labels
@@ -11,6 +12,10 @@ Closed forms (d = hidden size, r = bottleneck, L = layers, k = adapters per laye
 
 The real model is built on PyTorch's meta device: every parameter has a shape but no storage, so
 even BERT-large is counted without allocating its 1.3 GB of weights.
+
+Every count of an adapter set reads its settings from one :class:`adapterlab.placement.AdapterConfig`;
+the functions that take ``placement, bottleneck, train_layernorm`` (as labs 4 and 5 call them) accept a
+preset name or an AdapterConfig there, with ``None`` keeping the config's own bottleneck and LayerNorm choice.
 """
 
 from __future__ import annotations
@@ -25,14 +30,12 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from .adapter import check_positive_int
-from .placement import PLACEMENTS, PlacementError, add_adapters, adapted_outputs, trainable_summary
+from .placement import AdapterConfig, add_adapters, adapted_outputs, make_adapter_config, trainable_summary
+from .validation import check_positive_int
 
 if TYPE_CHECKING:  # transformers is imported where a model is built, so bad input is answered at once
     from transformers import BertConfig, BertForSequenceClassification
 
-#: Adapters per transformer layer, as the papers define each placement.
-ADAPTERS_PER_LAYER = {"houlsby": 2, "pfeiffer": 1, "parallel": 1}
 FP32_BYTES, FP16_BYTES = 4, 2
 #: Adam keeps two fp32 moment buffers (m and v) per trainable parameter.
 ADAM_BYTES_PER_PARAM = 2 * FP32_BYTES
@@ -88,11 +91,11 @@ def bert_backbone_params(config: BertConfig) -> int:
     return embeddings + layernorm_params(d, 1) + config.num_hidden_layers * per_layer + pooler_params(d)
 
 
-def _check_request(placement: str, bottleneck: int, num_labels: int) -> None:
-    if placement not in ADAPTERS_PER_LAYER:
-        raise PlacementError(f"placement must be one of {', '.join(PLACEMENTS)}; got {placement!r}")
-    check_positive_int("bottleneck", bottleneck)
+def _adapter_set(placement, bottleneck, train_layernorm, num_labels: int) -> AdapterConfig:
+    """The AdapterConfig a counting call describes (a preset name or a config; None keeps its value)."""
     check_positive_int("num_labels", num_labels)
+    given = {"bottleneck": bottleneck, "train_layernorm": train_layernorm}
+    return make_adapter_config(placement, **{key: value for key, value in given.items() if value is not None})
 
 
 def _with_derived(counts: dict) -> dict:
@@ -111,23 +114,31 @@ def _with_derived(counts: dict) -> dict:
 
 
 def bert_counts(
-    config: BertConfig, placement: str, bottleneck: int, train_layernorm: bool = True, num_labels: int = 2
+    config: BertConfig,
+    placement: str | AdapterConfig = "houlsby",
+    bottleneck: int | None = None,
+    train_layernorm: bool | None = None,
+    num_labels: int = 2,
 ) -> dict:
-    """Closed-form counts for a BERT classifier with adapters on every layer.
+    """Closed-form counts for a BERT classifier with an adapter set (labs 4 and 5 tabulate them).
+
+    ``placement`` is a preset name or an AdapterConfig; its ``layers`` (default all), ``bias`` and
+    adapters per layer enter the closed form.
 
     Keys: per_adapter, n_adapters, adapters, n_layernorms, layernorm (all LayerNorm parameters,
     trained or not), pooler, classifier, total_trainable (adapters + head, + LayerNorms when
     train_layernorm), backbone (BertModel), and the derived adapters_percent_of_backbone, percent_of_backbone,
     checkpoint_fp32_mb, checkpoint_fp16_mb, adam_state_bytes, adam_state_bytes_full.
     """
-    _check_request(placement, bottleneck, num_labels)
-    k, r = ADAPTERS_PER_LAYER[placement], bottleneck
+    adapters = _adapter_set(placement, bottleneck, train_layernorm, num_labels)
+    k, r, bias = adapters.adapters_per_layer, adapters.bottleneck, adapters.bias
     d, L = config.hidden_size, config.num_hidden_layers
+    adapted = len(adapters.layer_indices(L))
     n_layernorms = 2 * L + 1
     counts = {
-        "per_adapter": adapter_params(d, r),
-        "n_adapters": L * k,
-        "adapters": model_adapter_params(L, k, d, r),
+        "per_adapter": adapter_params(d, r, bias),
+        "n_adapters": adapted * k,
+        "adapters": model_adapter_params(adapted, k, d, r, bias),
         "n_layernorms": n_layernorms,
         "layernorm": layernorm_params(d, n_layernorms),
         "pooler": pooler_params(d),
@@ -135,7 +146,8 @@ def bert_counts(
         "backbone": bert_backbone_params(config),
     }
     counts["total_trainable"] = (
-        counts["adapters"] + counts["pooler"] + counts["classifier"] + (counts["layernorm"] if train_layernorm else 0)
+        counts["adapters"] + counts["pooler"] + counts["classifier"]
+        + (counts["layernorm"] if adapters.train_layernorm else 0)
     )
     return _with_derived(counts)
 
@@ -186,20 +198,25 @@ def backbone_config(name: str) -> BertConfig:
 
 
 def meta_model(
-    config: BertConfig, placement: str, bottleneck: int, train_layernorm: bool = True, num_labels: int = 2
+    config: BertConfig,
+    placement: str | AdapterConfig = "houlsby",
+    bottleneck: int | None = None,
+    train_layernorm: bool | None = None,
+    num_labels: int = 2,
 ) -> BertForSequenceClassification:
-    """A BertForSequenceClassification with adapters whose parameters all live on the meta device.
+    """A BertForSequenceClassification with an adapter set whose parameters all live on the meta device.
 
     Shapes, names and trainable flags are real; no weight memory is allocated, whatever the size.
+    Lab 4 counts BERT-large this way (through :func:`compare_counts`).
     """
     from transformers import BertForSequenceClassification
 
-    _check_request(placement, bottleneck, num_labels)
+    adapters = _adapter_set(placement, bottleneck, train_layernorm, num_labels)
     config = copy.deepcopy(config)
     config.num_labels = num_labels
     with torch.device("meta"):
         model = BertForSequenceClassification(config)
-        add_adapters(model, placement, bottleneck, train_layernorm=train_layernorm)
+        add_adapters(model, adapters)
     return model
 
 
@@ -218,13 +235,16 @@ class CountRow:
         return self.closed_form == self.counted
 
 
-def _row_labels(config: BertConfig, placement: str, r: int, train_layernorm: bool, num_labels: int) -> list:
-    d, L, k = config.hidden_size, config.num_hidden_layers, ADAPTERS_PER_LAYER[placement]
+def _row_labels(config: BertConfig, adapters: AdapterConfig, num_labels: int) -> list:
+    d, k, r = config.hidden_size, adapters.adapters_per_layer, adapters.bottleneck
+    L = len(adapters.layer_indices(config.num_hidden_layers))
+    train_layernorm = adapters.train_layernorm
     state = "trained" if train_layernorm else "frozen"
+    one = "2rd + r + d" if adapters.bias else "2rd"
     return [
-        ("per_adapter", "per adapter", f"2rd + r + d, d={d}, r={r}"),
+        ("per_adapter", "per adapter", f"{one}, d={d}, r={r}"),
         ("n_adapters", "adapter modules", f"L·k = {L}·{k}"),
-        ("adapters", "adapters total", "L·k·(2rd + r + d)"),
+        ("adapters", "adapters total", f"L·k·({one})"),
         ("n_layernorms", "LayerNorm modules", "2L + 1"),
         ("layernorm", f"LayerNorms ({state})", "(2L + 1)·2d"),
         ("pooler", "pooler", "d² + d"),
@@ -242,13 +262,11 @@ def _row_labels(config: BertConfig, placement: str, r: int, train_layernorm: boo
 
 @dataclass
 class CountReport:
-    """Closed form and counted numbers side by side, for one backbone, placement and bottleneck."""
+    """Closed form and counted numbers side by side, for one backbone and one adapter set."""
 
     backbone: str
     config: BertConfig
-    placement: str
-    bottleneck: int
-    train_layernorm: bool
+    adapters: AdapterConfig
     num_labels: int
     rows: list
 
@@ -270,10 +288,11 @@ class CountReport:
                 "intermediate_size": c.intermediate_size,
                 "vocab_size": c.vocab_size,
             },
-            "placement": self.placement,
-            "adapters_per_layer": ADAPTERS_PER_LAYER[self.placement],
-            "bottleneck": self.bottleneck,
-            "train_layernorm": self.train_layernorm,
+            "placement": self.adapters.placement,
+            "adapters_per_layer": self.adapters.adapters_per_layer,
+            "bottleneck": self.adapters.bottleneck,
+            "train_layernorm": self.adapters.train_layernorm,
+            "adapter": self.adapters.as_dict(),
             "num_labels": self.num_labels,
             "rows": [
                 {"key": r.key, "item": r.item, "formula": r.formula, "closed_form": r.closed_form,
@@ -284,15 +303,15 @@ class CountReport:
         }
 
     def __str__(self) -> str:
-        c = self.config
+        c, a = self.config, self.adapters
 
         def fmt(value) -> str:
             return f"{value:,.3f}" if isinstance(value, float) else f"{value:,}"
 
         header = (
             f"{self.backbone}: L={c.num_hidden_layers}, d={c.hidden_size}, FFN {c.intermediate_size}; "
-            f"{self.placement} (k={ADAPTERS_PER_LAYER[self.placement]} per layer), r={self.bottleneck}, "
-            f"LayerNorms {'trained' if self.train_layernorm else 'frozen'}, {self.num_labels} labels"
+            f"{a.placement} (k={a.adapters_per_layer} per layer), r={a.bottleneck}, "
+            f"LayerNorms {'trained' if a.train_layernorm else 'frozen'}, {self.num_labels} labels"
         )
         lines = [header, f"{'item':<29}{'formula':<32}{'closed form':>16}{'counted':>16}  match"]
         for r in self.rows:
@@ -306,26 +325,26 @@ class CountReport:
 
 def compare_counts(
     config: BertConfig | str,
-    placement: str = "houlsby",
-    bottleneck: int = 64,
-    train_layernorm: bool = True,
+    placement: str | AdapterConfig = "houlsby",
+    bottleneck: int | None = None,
+    train_layernorm: bool | None = None,
     num_labels: int = 2,
 ) -> CountReport:
-    """Closed forms beside a count of the real model built on the meta device.
+    """Closed forms beside a count of the real model built on the meta device (lab 4, `adapterlab count`).
 
-    ``config`` is a BertConfig or a name from NAMED_CONFIGS.
+    ``config`` is a BertConfig or a name from NAMED_CONFIGS; ``placement`` a preset name or an AdapterConfig.
     """
-    _check_request(placement, bottleneck, num_labels)
+    adapters = _adapter_set(placement, bottleneck, train_layernorm, num_labels)
     name = config if isinstance(config, str) else "custom BertConfig"
     if isinstance(config, str):
         config = backbone_config(config)
-    closed = bert_counts(config, placement, bottleneck, train_layernorm, num_labels)
-    counted = count_model(meta_model(config, placement, bottleneck, train_layernorm, num_labels))
+    closed = bert_counts(config, adapters, num_labels=num_labels)
+    counted = count_model(meta_model(config, adapters, num_labels=num_labels))
     rows = [
         CountRow(key, item, formula, closed[key], counted[key])
-        for key, item, formula in _row_labels(config, placement, bottleneck, train_layernorm, num_labels)
+        for key, item, formula in _row_labels(config, adapters, num_labels)
     ]
-    return CountReport(name, config, placement, bottleneck, train_layernorm, num_labels, rows)
+    return CountReport(name, config, adapters, num_labels, rows)
 
 
 def count_command(args) -> int:

@@ -14,12 +14,17 @@ the very same ``dense``, ``dropout`` and ``LayerNorm`` (so parameter names and w
 * ``parallel`` — a bottleneck alongside the FFN, reading the FFN's input and adding
   ``scale · up(f(down(x)))`` to its output (He et al. 2021): 1 per layer.
 
+An :class:`AdapterConfig` holds everything that describes one adapter set (placement, bottleneck,
+activation, init, layers, whether LayerNorms train); :data:`POSITIONS` below is the one place that says
+which sublayers a placement adapts, and so how many adapters a layer gets.
+
 Training methods the labs compare: the three placements, ``full`` fine-tuning, ``head`` only (pooler
 and classifier), ``layernorm`` only (+ head) and ``top_k`` layers (+ head).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 from dataclasses import dataclass
@@ -27,7 +32,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .adapter import BottleneckAdapter, PAPER_INIT_SCALE
+from .adapter import ACTIVATIONS, INIT_SCHEMES, PAPER_INIT_SCALE, BottleneckAdapter
+from .validation import check_bool, check_choice, check_init_scale, check_positive_int
 
 PLACEMENTS = ("houlsby", "pfeiffer", "parallel")
 FREEZE_METHODS = ("full", "head", "layernorm", "top_k")
@@ -45,6 +51,127 @@ CONFIG_ATTRIBUTE = "adapterlab_config"
 
 class PlacementError(ValueError):
     """The model or the request cannot be honoured; the model was left unchanged."""
+
+
+def _parallel_scale(placement: str, scale) -> float | None:
+    """The scale s of a parallel adapter (default 4, as He et al.); a serial placement has none."""
+    if placement != "parallel":
+        if scale is not None:
+            raise PlacementError(
+                f"parallel_scale is the scale of a parallel adapter; placement {placement!r} has none "
+                f"(got parallel_scale={scale!r}): leave it out, or use placement='parallel'"
+            )
+        return None
+    if scale is None:
+        return DEFAULT_PARALLEL_SCALE
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not math.isfinite(scale):
+        raise PlacementError(f"parallel_scale must be a finite number (He et al. use 4); got {scale!r}")
+    return float(scale)
+
+
+def _layer_list(layers) -> tuple[int, ...] | None:
+    """None (every layer) or a tuple of distinct integer indices; the model's depth is checked later."""
+    if layers is None:
+        return None
+    if isinstance(layers, (int, str)) or not hasattr(layers, "__iter__"):
+        raise PlacementError(f"layers must be a list of layer indices such as [0, 1] (or None for all); got {layers!r}")
+    chosen = tuple(layers)
+    for index in chosen:
+        if isinstance(index, bool) or not isinstance(index, numbers.Integral):
+            raise PlacementError(f"layers must hold integer layer indices such as [0, 1]; got {index!r}")
+    if not chosen:
+        raise PlacementError("layers is empty: name at least one layer, or pass None for all layers")
+    if len(set(chosen)) != len(chosen):
+        raise PlacementError(f"layers lists a layer twice: {list(chosen)}")
+    return tuple(int(index) for index in chosen)
+
+
+@dataclass(frozen=True)
+class AdapterConfig:
+    """Everything that describes one adapter set, checked when it is made; the one place these settings live.
+
+    ``placement`` (houlsby, pfeiffer or parallel) decides where the adapters go and how many each layer
+    gets (:attr:`adapters_per_layer`); ``bottleneck``, ``activation``, ``init``, ``init_scale`` and ``bias``
+    how each is built; ``layers`` which layers get them (None: all); ``train_layernorm`` whether the
+    LayerNorms train with them (the paper trains them, AdapterHub freezes them); ``parallel_scale`` the
+    factor s of a parallel adapter (He et al. use 4; only the parallel placement has one).
+
+    The three presets (:meth:`preset`) mirror AdapterHub's DoubleSeqBnConfig, SeqBnConfig and ParBnConfig
+    in where the adapters go, but keep every other setting the same, so that comparing them changes
+    one thing only. :func:`add_adapters` builds an adapter set from it, :mod:`adapterlab.counting` counts
+    it in closed form and :mod:`adapterlab.checkpoints` stores it. Labs 3 and 5 build adapters from it
+    through ``add_adapters``, labs 6-9 through ``apply_method``; lab 9 saves and loads it with its weights.
+    """
+
+    placement: str = "houlsby"
+    bottleneck: int = 64
+    activation: str = "gelu"
+    init: str = "houlsby"
+    init_scale: float = PAPER_INIT_SCALE
+    layers: tuple[int, ...] | None = None
+    train_layernorm: bool = True
+    parallel_scale: float | None = None
+    bias: bool = True
+
+    def __post_init__(self):
+        if not isinstance(self.placement, str) or self.placement not in PLACEMENTS:
+            raise PlacementError(f"placement must be one of {', '.join(PLACEMENTS)}; got {self.placement!r}")
+        check_choice("activation", self.activation, ACTIVATIONS)
+        check_choice("init", self.init, INIT_SCHEMES)
+        check_bool("train_layernorm", self.train_layernorm)
+        check_bool("bias", self.bias)
+        plain = {
+            "bottleneck": check_positive_int("bottleneck", self.bottleneck),
+            "init_scale": check_init_scale(self.init_scale),
+            "layers": _layer_list(self.layers),
+            "parallel_scale": _parallel_scale(self.placement, self.parallel_scale),
+        }
+        for name, value in plain.items():  # NumPy numbers and lists become plain ints, floats and tuples
+            object.__setattr__(self, name, value)  # how a frozen dataclass sets its own fields
+
+    @classmethod
+    def preset(cls, name: str, **changes) -> "AdapterConfig":
+        """The preset named by a placement, with any field changed: ``AdapterConfig.preset("pfeiffer", bottleneck=48)``."""
+        return cls.from_dict({**changes, "placement": name}, what="AdapterConfig.preset")
+
+    @classmethod
+    def from_dict(cls, values: dict, what: str = "the adapter config") -> "AdapterConfig":
+        """The config a dict (e.g. :meth:`as_dict`, read back from JSON) describes; unknown keys are refused."""
+        fields = [field.name for field in dataclasses.fields(cls)]
+        unknown = sorted(set(values) - set(fields))
+        if unknown:
+            raise PlacementError(f"{what} has unknown settings {unknown}; the settings are {', '.join(fields)}")
+        return cls(**values)
+
+    def replace(self, **changes) -> "AdapterConfig":
+        """A copy with some fields changed, checked like a new config."""
+        return type(self).from_dict({**self.as_dict(), **changes})
+
+    def as_dict(self) -> dict:
+        """Plain JSON values: what a checkpoint stores."""
+        values = dataclasses.asdict(self)
+        values["layers"] = None if self.layers is None else list(self.layers)
+        return values
+
+    @property
+    def positions(self) -> tuple[tuple[str, str], ...]:
+        """(sublayer, mode) of each adapter in a layer: ("attention" | "ffn", "serial" | "parallel")."""
+        return POSITIONS[self.placement]
+
+    @property
+    def adapters_per_layer(self) -> int:
+        return len(self.positions)
+
+    def layer_indices(self, n_layers: int) -> list[int]:
+        """The layers of an n_layers-deep model that get adapters, sorted; a PlacementError if one is out of range."""
+        return _check_layers(self.layers, n_layers)
+
+
+def make_adapter_config(placement: "str | AdapterConfig" = "houlsby", **changes) -> AdapterConfig:
+    """An AdapterConfig from a preset name or a config, with ``changes`` applied (the settings of add_adapters)."""
+    if isinstance(placement, AdapterConfig):
+        return placement.replace(**changes) if changes else placement
+    return AdapterConfig.preset(placement, **changes)
 
 
 class AdaptedOutput(nn.Module):
@@ -111,91 +238,71 @@ def _set_sublayer_output(layer: nn.Module, position: str, module: nn.Module) -> 
 
 
 def _check_layers(layers, n_layers: int) -> list[int]:
-    if layers is None:
+    """The layer indices in 0..n_layers-1 (negative ones count from the top), sorted; None gives all."""
+    if isinstance(layers, (list, tuple)) and not layers:
+        return []
+    chosen = _layer_list(layers)
+    if chosen is None:
         return list(range(n_layers))
-    if isinstance(layers, (int, str)) or not hasattr(layers, "__iter__"):
-        raise PlacementError(f"layers must be a list of layer indices such as [0, 1] (or None for all); got {layers!r}")
-    chosen = []
-    for index in layers:
-        if isinstance(index, bool) or not isinstance(index, int) or not -n_layers <= index < n_layers:
+    for index in chosen:
+        if not -n_layers <= index < n_layers:
             raise PlacementError(f"layers must hold integers in 0..{n_layers - 1} (this model has {n_layers}); got {index!r}")
-        chosen.append(index % n_layers)
-    if len(set(chosen)) != len(chosen):
-        raise PlacementError(f"layers lists a layer twice: {list(layers)}")
-    return sorted(chosen)
+    resolved = [index % n_layers for index in chosen]
+    if len(set(resolved)) != len(resolved):
+        raise PlacementError(f"layers lists a layer twice: {list(chosen)}")
+    return sorted(resolved)
 
 
-def add_adapters(
-    model: nn.Module,
-    placement: str = "houlsby",
-    bottleneck: int = 64,
-    activation: str = "gelu",
-    init: str = "houlsby",
-    init_scale: float = PAPER_INIT_SCALE,
-    layers=None,
-    train_layernorm: bool = True,
-    parallel_scale: float = DEFAULT_PARALLEL_SCALE,
-    bias: bool = True,
-) -> nn.Module:
+def add_adapters(model: nn.Module, placement: "str | AdapterConfig" = "houlsby", bottleneck: int | None = None,
+                 **settings) -> nn.Module:
     """Insert adapters into a BERT-family model and freeze everything but adapters, LayerNorms, head.
 
-    Every argument is checked and every adapter built before the model is touched, so an error
-    leaves the model exactly as it was. Returns the model (changed in place).
+    ``placement`` is an :class:`AdapterConfig`, or the name of a preset (houlsby, pfeiffer, parallel);
+    ``bottleneck`` and ``settings`` (any other field of AdapterConfig: activation, init, init_scale, layers,
+    train_layernorm, parallel_scale, bias) change it, e.g. ``add_adapters(model, "houlsby", 64,
+    init="zero_up")``. Every argument is checked and every adapter built before the model is touched,
+    so an error leaves the model exactly as it was. Returns the model (changed in place). Labs 3 and 5
+    add adapters this way; the training labs through :func:`apply_method`.
     """
-    if placement not in PLACEMENTS:
-        raise PlacementError(f"placement must be one of {', '.join(PLACEMENTS)}; got {placement!r}")
+    if bottleneck is not None:
+        settings["bottleneck"] = bottleneck
+    config = make_adapter_config(placement, **settings)
     if getattr(model, CONFIG_ATTRIBUTE, None) is not None:
         raise PlacementError("this model already has adapters; call remove_adapters(model) first")
-    if placement == "parallel" and (
-        isinstance(parallel_scale, bool)
-        or not isinstance(parallel_scale, numbers.Real)
-        or not math.isfinite(parallel_scale)
-    ):
-        raise PlacementError(f"parallel_scale must be a finite number (He et al. use 4); got {parallel_scale!r}")
     all_layers = encoder_layers(model)
     if adapted_outputs(model):
         raise PlacementError(
             "this model already has adapters (added through a model that contains it); "
             "call remove_adapters on that model first"
         )
-    chosen = _check_layers(layers, len(all_layers))
-    if not chosen:
-        raise PlacementError("layers is empty: name at least one layer, or pass None for all layers")
+    chosen = config.layer_indices(len(all_layers))
     planned = []
     for index in chosen:
-        for position, mode in POSITIONS[placement]:
+        for position, mode in config.positions:
             output = _sublayer_output(all_layers[index], position)
             weight = output.dense.weight
             adapter = BottleneckAdapter(
-                output.dense.out_features, bottleneck, activation, init, init_scale, bias
+                output.dense.out_features, config.bottleneck, config.activation, config.init, config.init_scale,
+                config.bias,
             ).to(device=weight.device, dtype=weight.dtype)
-            scale = parallel_scale if mode == "parallel" else 1.0
+            scale = config.parallel_scale if mode == "parallel" else 1.0
             adapted = AdaptedOutput(output, adapter, mode, scale).train(output.training)  # the model's mode
             planned.append((all_layers[index], position, adapted))
     requires_grad = {name: p.requires_grad for name, p in model.named_parameters()}
     for layer, position, adapted in planned:
         _set_sublayer_output(layer, position, adapted)
-    config = {
-        "placement": placement,
-        "bottleneck": int(bottleneck),  # a NumPy integer would not survive a JSON config
-        "activation": activation,
-        "init": init,
-        "init_scale": float(init_scale),
-        "bias": bias,
-        "layers": chosen,
-        "train_layernorm": train_layernorm,
-        "parallel_scale": float(parallel_scale) if placement == "parallel" else None,
-    }
-    object.__setattr__(model, CONFIG_ATTRIBUTE, config)
+    object.__setattr__(model, CONFIG_ATTRIBUTE, config.replace(layers=chosen))
     object.__setattr__(model, "_adapterlab_requires_grad", requires_grad)
-    set_trainable(model, "adapters", train_layernorm=train_layernorm)
+    set_trainable(model, "adapters", train_layernorm=config.train_layernorm)
     return model
 
 
-def adapter_config(model: nn.Module) -> dict | None:
-    """The arguments add_adapters was called with (a copy), or None when the model has no adapters."""
-    config = getattr(model, CONFIG_ATTRIBUTE, None)
-    return None if config is None else dict(config, layers=list(config["layers"]))
+def adapter_config(model: nn.Module) -> AdapterConfig | None:
+    """The AdapterConfig of the model's adapters, with ``layers`` spelled out; None when it has none.
+
+    Lab 9 relies on it (through the checkpoints) to load an adapter set only into matching adapters.
+    """
+    return getattr(model, CONFIG_ATTRIBUTE, None)
 
 
 def adapted_outputs(model: nn.Module) -> list[tuple[int, str, AdaptedOutput]]:
@@ -234,14 +341,15 @@ def remove_adapters(model: nn.Module) -> nn.Module:
 
 
 def set_adapters_enabled(model: nn.Module, enabled: bool, layers=None) -> nn.Module:
-    """Switch adapters on or off in the given layers (default all) without removing them."""
+    """Switch adapters on or off in the given layers (default all) without removing them (lab 8)."""
+    check_bool("enabled", enabled)
     chosen = set(_check_layers(layers, len(encoder_layers(model))))
     outputs = adapted_outputs(model)
     if not outputs:
         raise PlacementError("this model has no adapters; call add_adapters first")
     for index, _, adapted in outputs:
         if index in chosen:
-            adapted.enabled = bool(enabled)
+            adapted.enabled = enabled
     return model
 
 
@@ -282,6 +390,7 @@ def set_trainable(model: nn.Module, method: str, train_layernorm: bool = True, t
     * ``top_k``: the last top_k transformer layers
     """
     allowed = ("adapters",) + FREEZE_METHODS
+    check_bool("train_layernorm", train_layernorm)
     if method not in allowed:
         raise PlacementError(f"method must be one of {', '.join(allowed)}; got {method!r}")
     n_layers = len(encoder_layers(model))
@@ -304,24 +413,19 @@ def set_trainable(model: nn.Module, method: str, train_layernorm: bool = True, t
     return model
 
 
-def apply_method(
-    model: nn.Module,
-    method: str,
-    *,
-    bottleneck: int = 64,
-    activation: str = "gelu",
-    init: str = "houlsby",
-    init_scale: float = PAPER_INIT_SCALE,
-    layers=None,
-    train_layernorm: bool = True,
-    parallel_scale: float = DEFAULT_PARALLEL_SCALE,
-    top_k: int = 2,
-) -> nn.Module:
-    """Prepare a fresh model for any method the labs compare (one of METHODS)."""
+def apply_method(model: nn.Module, method: str, *, top_k: int = 2, **adapter_settings) -> nn.Module:
+    """Prepare a fresh model for any method the labs compare (one of METHODS); labs 6-9 train this way.
+
+    A placement gets adapters built from its preset with ``adapter_settings`` (the fields of
+    :class:`AdapterConfig`, as in :func:`add_adapters`); the other methods take only ``top_k`` and ignore
+    adapter settings, so that one set of arguments (``TrainConfig.method_kwargs()``) serves every method.
+    """
     if method in PLACEMENTS:
-        return add_adapters(
-            model, method, bottleneck, activation, init, init_scale, layers, train_layernorm, parallel_scale
-        )
+        return add_adapters(model, method, **adapter_settings)
+    fields = [field.name for field in dataclasses.fields(AdapterConfig)]
+    unknown = sorted(set(adapter_settings) - set(fields))
+    if unknown:
+        raise TypeError(f"apply_method got unknown settings {unknown}; adapter settings are {', '.join(fields)}")
     if method not in FREEZE_METHODS:
         raise PlacementError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
     return set_trainable(model, method, top_k=top_k if method == "top_k" else None)

@@ -1,4 +1,5 @@
-"""Adapter-set checkpoints: round trip, contents, size, every bad input, atomic saves, no unpickling."""
+"""Adapter-set checkpoints: round trip, contents, size, every bad input, the config checksum, no unpickling,
+and saves killed at every instant that still leave exactly the old or exactly the new set."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import hashlib
 import json
 import os
 import pickle
+import shutil
 from pathlib import Path
 
 import pytest
@@ -13,9 +15,15 @@ import safetensors.torch
 import torch
 import transformers
 
-from adapterlab import checkpoints
-from adapterlab.checkpoints import CONFIG_FILE, TENSORS_FILE, CheckpointError, load_adapter_set, save_adapter_set
-from adapterlab.placement import add_adapters, adapter_config
+from adapterlab.checkpoints import (
+    CONFIG_FILE,
+    TENSORS_FILE,
+    CheckpointError,
+    load_adapter_set,
+    save_adapter_set,
+    saved_parameters,
+)
+from adapterlab.placement import AdapterConfig, add_adapters, adapter_config
 
 
 def trained(model, seed=7, **adapter_args):
@@ -34,10 +42,19 @@ def logits(model, batch):
         return model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
 
 
-def rewrite_config(directory, change):
+def checksum(manifest: dict) -> str:
+    """The manifest's checksum as its format defines it: SHA-256 of its canonical JSON without the checksum."""
+    body = {key: value for key, value in manifest.items() if key != "checksum"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def rewrite_config(directory, change, reseal=True):
+    """Edit the manifest; ``reseal`` records a matching checksum, so the loader's later checks are exercised."""
     path = Path(directory) / CONFIG_FILE
     manifest = json.loads(path.read_text())
     change(manifest)
+    if reseal:
+        manifest["checksum"] = checksum(manifest)
     path.write_text(json.dumps(manifest))
 
 
@@ -272,38 +289,213 @@ def test_saving_needs_adapters_and_json_extra(make_classifier, tmp_path):
         save_adapter_set(trained(make_classifier()), tmp_path / "file")
 
 
-def test_interrupted_write_keeps_the_previous_set(saved, make_classifier, batch, monkeypatch):
+def test_a_full_disk_keeps_the_previous_set_and_leaves_no_temporary_file(saved, make_classifier, batch, monkeypatch):
     model, directory = saved
-    real_save = safetensors.torch.save_file
+    real_write = os.write
 
-    def disk_full(tensors, filename, *args, **kwargs):
-        real_save(tensors, filename, *args, **kwargs)
-        Path(filename).write_bytes(Path(filename).read_bytes()[:100])
+    def disk_full(handle, data):
+        real_write(handle, bytes(data)[:100])
         raise OSError("No space left on device")
 
-    monkeypatch.setattr(safetensors.torch, "save_file", disk_full)
+    monkeypatch.setattr(os, "write", disk_full)
     with pytest.raises(OSError, match="No space left"):
         save_adapter_set(trained(make_classifier(seed=0), seed=99), directory)
+    monkeypatch.undo()
     assert sorted(p.name for p in directory.iterdir()) == [CONFIG_FILE, TENSORS_FILE]
     fresh = make_classifier(seed=0)
     load_adapter_set(fresh, directory)
     assert torch.equal(logits(fresh, batch), logits(model, batch))
 
 
-def test_a_crash_between_the_two_renames_is_detected(saved, make_classifier, monkeypatch):
-    real_replace = os.replace
-    calls = []
+# ---------------------------------------------------------------------------------------------------
+# bad dtypes and hand-edited configs
+# ---------------------------------------------------------------------------------------------------
 
-    def crash_on_second(source, target):
-        calls.append(target)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        real_replace(source, target)
 
-    monkeypatch.setattr(checkpoints.os, "replace", crash_on_second)
-    with pytest.raises(KeyboardInterrupt):
-        save_adapter_set(trained(make_classifier(seed=0), seed=99), saved[1])
-    monkeypatch.undo()
-    assert sorted(p.name for p in saved[1].iterdir()) == [CONFIG_FILE, TENSORS_FILE]
-    with pytest.raises(CheckpointError, match="does not match the sha256"):
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int32, torch.bool, torch.complex64, "float16"])
+def test_only_floating_dtypes_are_saved(make_classifier, tmp_path, dtype):
+    with pytest.raises(CheckpointError, match=f"dtype must be a floating-point torch dtype.*got {dtype!r}"):
+        save_adapter_set(trained(make_classifier()), tmp_path / "set", dtype=dtype)
+    assert not (tmp_path / "set").exists()
+
+
+def test_bfloat16_is_a_floating_dtype(make_classifier, batch, tmp_path):
+    model = trained(make_classifier(seed=0))
+    save_adapter_set(model, tmp_path, dtype=torch.bfloat16)
+    fresh = make_classifier(seed=0)
+    load_adapter_set(fresh, tmp_path)
+    torch.testing.assert_close(logits(fresh, batch), logits(model, batch), atol=5e-2, rtol=5e-2)
+
+
+def test_integer_weights_in_the_file_are_refused(saved, make_classifier):
+    path = saved[1] / TENSORS_FILE
+    tensors = safetensors.torch.load_file(str(path))
+    safetensors.torch.save_file({name: t.to(torch.int8) for name, t in tensors.items()}, str(path))
+    resync_sha(saved[1])
+    model = make_classifier()
+    with pytest.raises(CheckpointError, match="non-floating type"):
+        load_adapter_set(model, saved[1])
+    assert adapter_config(model) is None
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda m: m["adapter"].update(activation="relu"),
+        lambda m: m["adapter"].update(init_scale=0.5),
+        lambda m: m["adapter"].update(train_layernorm=False),
+        lambda m: m["backbone"].update(name="/some/other/folder"),
+        lambda m: m["extra"].update(accuracy=0.99),
+    ],
+    ids=["activation", "init_scale", "train_layernorm", "backbone name", "extra"],
+)
+def test_a_hand_edited_config_is_refused(saved, make_classifier, change):
+    rewrite_config(saved[1], change, reseal=False)
+    model = make_classifier()
+    with pytest.raises(CheckpointError, match=f"{CONFIG_FILE} was changed after it was saved.*hand-edited"):
+        load_adapter_set(model, saved[1])
+    assert adapter_config(model) is None
+
+
+def test_an_edited_activation_would_otherwise_load_the_wrong_nonlinearity(saved, make_classifier, batch):
+    """Why the checksum matters: the same weights behind another f give other answers, with no error."""
+    rewrite_config(saved[1], lambda m: m["adapter"].update(activation="relu"))  # resealed: the checksum is bypassed
+    wrong = make_classifier(seed=0)
+    load_adapter_set(wrong, saved[1])
+    assert adapter_config(wrong).activation == "relu"
+    assert not torch.allclose(logits(wrong, batch), logits(saved[0], batch))
+
+
+def test_an_old_format_without_a_checksum_is_refused(saved, make_classifier):
+    rewrite_config(saved[1], lambda m: (m.pop("checksum"), m.update(format_version=1)), reseal=False)
+    with pytest.raises(CheckpointError, match="format_version 1.*no checksum; save the adapter set again"):
         load_adapter_set(make_classifier(), saved[1])
+
+
+def test_the_manifest_stores_the_adapter_config(saved):
+    manifest = json.loads((saved[1] / CONFIG_FILE).read_text())
+    assert AdapterConfig.from_dict(manifest["adapter"]) == adapter_config(saved[0])
+    assert manifest["checksum"] == checksum(manifest)
+
+
+# ---------------------------------------------------------------------------------------------------
+# a save killed at any instant
+# ---------------------------------------------------------------------------------------------------
+
+
+class Killed(BaseException):
+    """The process dies here. A BaseException, so no ``except Exception`` clean-up runs, as after a real kill."""
+
+
+#: Every call through which a save changes the disk.
+DISK_OPERATIONS = ("mkdir", "open", "write", "fsync", "replace", "rename", "unlink", "rmdir")
+
+
+def save_killed_at(instant: int, model, directory) -> bool:
+    """Save as a process killed at its instant-th disk operation (from 1): that operation and every later
+    one fail, and a killed write leaves half its bytes. Returns whether the kill came before the save ended."""
+    real = {name: getattr(os, name) for name in DISK_OPERATIONS}
+    count = 0
+
+    def dying(name):
+        def operation(*args, **kwargs):
+            nonlocal count
+            count += 1
+            if count == instant and name == "write":
+                real["write"](args[0], bytes(args[1])[: len(args[1]) // 2])
+            if count >= instant:
+                raise Killed(f"killed at os.{name}")
+            return real[name](*args, **kwargs)
+
+        return operation
+
+    try:
+        for name in DISK_OPERATIONS:
+            setattr(os, name, dying(name))
+        save_adapter_set(model, directory)
+    except Killed:
+        return True
+    finally:
+        for name, function in real.items():
+            setattr(os, name, function)
+    return False
+
+
+def weights(model) -> dict:
+    return {name: tensor.detach().clone() for name, tensor in saved_parameters(model).items()}
+
+
+def loaded_as(directory, make_classifier, versions: dict) -> str:
+    """Which version a fresh model loads from the folder: the key of ``versions`` whose weights it gets
+    bit for bit, or "none" when the loader refuses the folder as holding no complete set."""
+    fresh = make_classifier(seed=0)
+    try:
+        load_adapter_set(fresh, directory)
+    except CheckpointError as error:
+        assert "is missing" in str(error), error
+        return "none"
+    loaded = weights(fresh)
+    matches = [
+        name for name, expected in versions.items()
+        if loaded.keys() == expected.keys() and all(torch.equal(loaded[key], expected[key]) for key in loaded)
+    ]
+    assert len(matches) == 1, "the folder loads as a mix of versions"
+    return matches[0]
+
+
+def kind(name: str) -> str:
+    """What a file in an adapter-set folder is: one of the two files, or a hidden leftover of a save."""
+    if name.endswith(".tmp"):
+        return "temporary"
+    return "pending" if name.startswith(".adapters-") else name
+
+
+def kill_every_instant(start, model, workdir):
+    """For each instant of one save from the folder ``start``: a copy of it with that save killed there."""
+    instant = 1
+    while True:
+        folder = workdir / f"killed-at-{instant}"
+        if start.exists():
+            shutil.copytree(start, folder)
+        if not save_killed_at(instant, model, folder):
+            assert instant > 10, "the save made too few disk operations for this test to mean anything"
+            return
+        yield instant, folder
+        instant += 1
+
+
+def test_a_save_killed_at_any_instant_leaves_the_old_or_the_new_set(saved, make_classifier, tmp_path):
+    old, directory = saved
+    new, newest = trained(make_classifier(seed=0), seed=99), trained(make_classifier(seed=0), seed=5)
+    versions = {"old": weights(old), "new": weights(new), "newest": weights(newest)}
+    seen = {}
+    for instant, folder in kill_every_instant(directory, new, tmp_path):
+        state = loaded_as(folder, make_classifier, versions)
+        assert state in ("old", "new"), f"killed at instant {instant}: {state}"
+        leftovers = frozenset(kind(path.name) for path in folder.iterdir())
+        if (state, leftovers) not in seen:
+            seen[state, leftovers] = instant
+            # The next save clears what a killed one left, and must itself survive a kill at any instant.
+            for later, again in kill_every_instant(folder, newest, tmp_path / f"after-{instant}"):
+                after = loaded_as(again, make_classifier, versions)
+                assert after in (state, "newest"), f"killed at {instant}, then at {later}: {after}"
+        save_adapter_set(newest, folder)
+        assert sorted(p.name for p in folder.iterdir()) == [CONFIG_FILE, TENSORS_FILE], f"killed at {instant}"
+        assert loaded_as(folder, make_classifier, versions) == "newest"
+    assert {state for state, _ in seen} == {"old", "new"}
+    # Killed saves leave a temporary file, new tensors the old manifest does not name, and new tensors the new
+    # manifest does name but which were not yet renamed into place:
+    assert {"temporary", "pending"} <= set().union(*(leftovers for _, leftovers in seen))
+    assert any(state == "new" and "pending" in leftovers for state, leftovers in seen)
+
+
+def test_a_first_save_killed_at_any_instant_leaves_nothing_or_the_new_set(make_classifier, tmp_path):
+    new = trained(make_classifier(seed=0), seed=99)
+    versions = {"new": weights(new)}
+    seen = set()
+    for instant, folder in kill_every_instant(tmp_path / "never-saved", new, tmp_path):
+        seen.add(loaded_as(folder, make_classifier, versions) if folder.exists() else "none")
+        if folder.exists():
+            save_adapter_set(new, folder)
+            assert sorted(p.name for p in folder.iterdir()) == [CONFIG_FILE, TENSORS_FILE]
+    assert seen == {"none", "new"}

@@ -28,7 +28,7 @@ from adapterlab.counting import (
     meta_model,
     model_adapter_params,
 )
-from adapterlab.placement import add_adapters
+from adapterlab.placement import AdapterConfig, add_adapters
 
 BERT_BASE = BertConfig()
 BERT_LARGE = BertConfig(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096)
@@ -165,6 +165,27 @@ def test_closed_form_equals_a_real_cpu_model(d, heads, L, ffn, r, placement, tra
     assert closed["backbone"] == sum(p.numel() for p in model.bert.parameters()) - numel(model, is_adapter)
     report = compare_counts(config, placement, r, train_layernorm, num_labels)
     assert report.all_match, str(report)
+
+
+@pytest.mark.parametrize(
+    "adapters",
+    [
+        AdapterConfig.preset("houlsby", bottleneck=8, layers=[0, 2]),
+        AdapterConfig.preset("parallel", bottleneck=3, bias=False, train_layernorm=False),
+        AdapterConfig.preset("pfeiffer", bottleneck=5, layers=[-1], bias=False),
+    ],
+)
+def test_closed_form_of_an_adapter_config_equals_a_real_cpu_model(adapters):
+    """Layers, bias and the placement all come from the one AdapterConfig, for the formula and the model alike."""
+    config = BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+                        intermediate_size=64, max_position_embeddings=32)
+    model = add_adapters(BertForSequenceClassification(config), adapters)
+    closed = bert_counts(config, adapters)
+    assert closed["adapters"] == numel(model, is_adapter)
+    assert closed["n_adapters"] == sum(".adapter.down.weight" in name for name, _ in model.named_parameters())
+    assert closed["total_trainable"] == sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert compare_counts(config, adapters).all_match
+    assert bert_counts(config, adapters, bottleneck=2 * adapters.bottleneck)["per_adapter"] > closed["per_adapter"]
 
 
 def test_a_mismatch_would_show():

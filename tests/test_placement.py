@@ -5,6 +5,7 @@ near-identity logits, and the step-zero gradients of zero_up adapters in the who
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 
@@ -17,6 +18,7 @@ from torch import nn
 from adapterlab.adapter import BottleneckAdapter
 from adapterlab.placement import (
     GROUPS,
+    AdapterConfig,
     AdaptedOutput,
     PlacementError,
     add_adapters,
@@ -133,7 +135,8 @@ def test_positions_and_counts(request, factory, placement, positions):
     assert (f"{prefix}encoder.layer.0.attention.output.adapter.up.bias" in names) == ("attention" in positions)
     count = sum(p.numel() for n, p in model.named_parameters() if n in names)
     assert count == L * len(positions) * (2 * R * D + R + D)
-    assert adapter_config(model)["placement"] == placement
+    assert adapter_config(model).placement == placement
+    assert adapter_config(model).adapters_per_layer == len(positions)
 
 
 def test_layer_subset(make_classifier):
@@ -142,7 +145,7 @@ def test_layer_subset(make_classifier):
     assert sorted({i for i, _, _ in adapted_outputs(model)}) == [0, 2]
     assert not isinstance(model.bert.encoder.layer[1].output, AdaptedOutput)
     assert not isinstance(model.bert.encoder.layer[1].attention.output, AdaptedOutput)
-    assert adapter_config(model)["layers"] == [0, 2]
+    assert adapter_config(model).layers == (0, 2)
     assert enabled_layers(model) == [0, 2]
 
     last_only = make_classifier()
@@ -186,7 +189,7 @@ def test_layer_output_recomputed_by_hand(make_classifier, batch, placement):
     x, y, context = capture_layer(model, 1, batch)
     torch.testing.assert_close(layer_by_hand(model.bert.encoder.layer[1], x, context, None), y, rtol=1e-10, atol=1e-10)
 
-    add_adapters(model, placement, bottleneck=R, parallel_scale=2.5)
+    add_adapters(model, placement, bottleneck=R, **({"parallel_scale": 2.5} if placement == "parallel" else {}))
     make_adapters_visible(model)
     x, y, context = capture_layer(model, 1, batch)
     layer = model.bert.encoder.layer[1]
@@ -417,18 +420,85 @@ def test_remove_and_switch_without_adapters_are_refused(make_bert):
 
 def test_adapter_config_holds_plain_python_values(make_bert):
     model = make_bert()
-    add_adapters(model, "pfeiffer", bottleneck=np.int64(R), init_scale=np.float64(1e-3))
-    config = adapter_config(model)
-    assert json.loads(json.dumps(config)) == config and config["bottleneck"] == R
+    add_adapters(model, "pfeiffer", bottleneck=np.int64(R), init_scale=np.float64(1e-3), layers=[np.int64(1)])
+    values = adapter_config(model).as_dict()
+    assert json.loads(json.dumps(values)) == values
+    assert type(values["bottleneck"]) is int and type(values["init_scale"]) is float and values["layers"] == [1]
+    assert AdapterConfig.from_dict(values) == adapter_config(model)
 
 
-def test_adapter_config_is_a_copy(make_bert):
+def test_adapter_config_cannot_be_changed_behind_the_model(make_bert):
     model = make_bert()
     add_adapters(model, "pfeiffer", bottleneck=R, layers=[1])
     config = adapter_config(model)
-    config["layers"].append(2)
-    config["bottleneck"] = 99
-    assert adapter_config(model)["layers"] == [1] and adapter_config(model)["bottleneck"] == R
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.bottleneck = 99
+    assert config.replace(bottleneck=99).bottleneck == 99 and adapter_config(model).bottleneck == R
+
+
+# ---------------------------------------------------------------------------------------------------
+# one configuration object for an adapter set
+# ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("placement", ["houlsby", "pfeiffer", "parallel"])
+def test_a_config_and_the_separate_arguments_build_the_same_model(make_classifier, batch, placement):
+    settings = dict(bottleneck=R, activation="relu", init="bert", init_scale=0.3, layers=[2, 0], train_layernorm=False)
+    by_arguments = add_adapters(make_classifier(), placement, **settings)
+    torch.manual_seed(1)
+    by_config = add_adapters(make_classifier(), AdapterConfig.preset(placement, **settings))
+    torch.manual_seed(1)
+    by_name = add_adapters(make_classifier(), placement, **settings)
+    assert adapter_config(by_config) == adapter_config(by_arguments) == adapter_config(by_name)
+    assert trainable_names(by_config) == trainable_names(by_arguments)
+    assert torch.equal(logits_of(by_config, batch), logits_of(by_name, batch))
+
+
+def test_a_config_with_changes_and_the_adapters_each_layer_gets(make_classifier):
+    model = add_adapters(make_classifier(), AdapterConfig.preset("pfeiffer"), bottleneck=R, layers=[1])
+    assert adapter_config(model).placement == "pfeiffer" and adapter_config(model).bottleneck == R
+    for placement, positions in [("houlsby", {"attention", "ffn"}), ("pfeiffer", {"ffn"}), ("parallel", {"ffn"})]:
+        config = AdapterConfig.preset(placement, bottleneck=R)
+        built = add_adapters(make_classifier(), config)
+        assert config.adapters_per_layer == len(adapted_outputs(built)) // L == len(positions)
+
+
+def test_presets_differ_only_in_where_the_adapters_go():
+    presets = {name: AdapterConfig.preset(name).as_dict() for name in ("houlsby", "pfeiffer", "parallel")}
+    differing = {key for values in presets.values() for key in values if values[key] != presets["houlsby"][key]}
+    assert differing == {"placement", "parallel_scale"}
+    assert presets["parallel"]["parallel_scale"] == 4.0 and presets["houlsby"]["parallel_scale"] is None
+
+
+@pytest.mark.parametrize(
+    "changes, words",
+    [
+        ({"train_layernorm": "False"}, "train_layernorm must be True or False; got 'False'"),
+        ({"train_layernorm": 0}, "train_layernorm must be True or False"),
+        ({"bias": "no"}, "bias must be True or False"),
+        ({"parallel_scale": 2.0}, "placement 'houlsby' has none"),
+        ({"colour": "red"}, "unknown settings \\['colour'\\]"),
+        ({"placement": "sideways"}, "placement must be one of houlsby, pfeiffer, parallel"),
+    ],
+)
+def test_bad_configs_are_refused_with_a_message_naming_the_setting(make_classifier, changes, words):
+    with pytest.raises(ValueError, match=words):
+        AdapterConfig.preset("houlsby").replace(**changes)
+    model = make_classifier()
+    before = snapshot(model)
+    with pytest.raises(ValueError, match=words):
+        add_adapters(model, **{"placement": "houlsby", "bottleneck": R, **changes})
+    assert_unchanged(model, before)
+
+
+def test_a_string_false_cannot_switch_adapters_on(make_classifier):
+    model = add_adapters(make_classifier(), "houlsby", bottleneck=R)
+    set_adapters_enabled(model, False)
+    with pytest.raises(ValueError, match="enabled must be True or False; got 'False'"):
+        set_adapters_enabled(model, "False")
+    assert enabled_layers(model) == []
+    with pytest.raises(ValueError, match="train_layernorm must be True or False"):
+        set_trainable(model, "adapters", train_layernorm="False")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -477,8 +547,16 @@ def test_set_trainable_methods(make_classifier):
 
 def test_apply_method_adds_adapters(make_classifier):
     model = apply_method(make_classifier(), "parallel", bottleneck=R, train_layernorm=False, parallel_scale=2.0)
-    assert adapter_config(model)["placement"] == "parallel" and adapter_config(model)["parallel_scale"] == 2.0
+    assert adapter_config(model).placement == "parallel" and adapter_config(model).parallel_scale == 2.0
     assert not layernorm_names(model) & trainable_names(model)
+
+
+def test_apply_method_takes_the_adapter_settings_for_every_method_and_refuses_unknown_ones(make_classifier):
+    model = apply_method(make_classifier(), "head", bottleneck=R, activation="relu", train_layernorm=False, top_k=1)
+    assert adapter_config(model) is None and trainable_names(model) == parameter_names_of(
+        model, model.bert.pooler, model.classifier)
+    with pytest.raises(TypeError, match=r"unknown settings \['bottlenek'\]"):
+        apply_method(make_classifier(), "full", bottlenek=R)
 
 
 def test_trainable_summary_counts(make_classifier, bert_config):
