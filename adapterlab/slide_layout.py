@@ -127,7 +127,9 @@ class LectureLayout(Preprocessor):
         nb = copy.deepcopy(nb)
         notices = [output.get("text", "") for cell in nb.cells if cell.cell_type == "code"
                    for output in cell.get("outputs", []) if output.get("name") == "stderr"]
-        title, first_cell = _take_title(nb.cells)
+        title_cell = next((cell for cell in nb.cells if cell.cell_type == "markdown"), None)
+        heading = title_cell.source if title_cell is not None else ""
+        title = _take_title(title_cell)
         cells = []
         for cell in nb.cells:
             if SKIP_TAG in tags(cell):
@@ -136,12 +138,16 @@ class LectureLayout(Preprocessor):
             if cell.cell_type == "code":
                 _clean_code_cell(cell)
             cells.append(cell)
-        if first_cell is not None and not first_cell.source.strip():
-            cells[nb.cells.index(first_cell)] = _skipped(first_cell)
+        if title is not None and not title_cell.source.strip():
+            _skipped(title_cell)
         cells = _carry_slide_starts(_predictions_as_slides(cells))
         leading_notes = []
         while cells and slide_type(cells[0]) == "notes":
             leading_notes.append(cells.pop(0).source)
+        if title_cell is not None and all(slide_type(cell) == "notes" for cell in cells):  # only the title: keep its cell
+            title_cell.source = heading
+            set_slide_type(title_cell, "slide")
+            cells.insert(0, title_cell)
         nb.cells = _fit_to_slides(cells)
         resources["deck_title"] = deck_title(nb, title, notices) | {"notes": "\n\n".join(leading_notes)}
         return nb, resources
@@ -152,18 +158,16 @@ def _skipped(cell):
     return cell
 
 
-def _take_title(cells):
-    """The text of the notebook's first `# ` heading, removed from its cell (the title slide shows it)."""
-    for cell in cells:
-        if cell.cell_type != "markdown":
-            continue
-        lines = cell.source.splitlines()
-        for index, line in enumerate(lines):
-            if line.startswith("# "):
-                cell.source = "\n".join(lines[:index] + lines[index + 1 :]).strip()
-                return line[2:].strip(), cell
-        return None, None
-    return None, None
+def _take_title(cell) -> str | None:
+    """The text of the first markdown cell's `# ` heading, removed from the cell (the title slide shows it)."""
+    if cell is None:
+        return None
+    lines = cell.source.splitlines()
+    for index, line in enumerate(lines):
+        if line.startswith("# "):
+            cell.source = "\n".join(lines[:index] + lines[index + 1 :]).strip()
+            return line[2:].strip()
+    return None
 
 
 def _clean_code_cell(cell) -> None:
