@@ -20,7 +20,7 @@ from torch import nn
 
 from .adapter import BottleneckAdapter
 from .counting import meta_model
-from .placement import add_adapters
+from .placement import AdapterConfig, add_adapters
 
 #: Largest start deviation ‖A(h) − h‖/‖h‖ accepted as "near the identity".
 NEAR_IDENTITY = 0.05
@@ -614,7 +614,7 @@ def _counted_model(d: int, n_layers: int, r: int, placement: str, train_layernor
 
 def _count_mistakes(d, n_layers, r, placement, train_layernorm, num_labels) -> list[tuple[int, str]]:
     """Plausible wrong counts, each with what went wrong."""
-    k = 2 if placement == "houlsby" else 1
+    k = AdapterConfig.preset(placement).adapters_per_layer
     per_adapter = 2 * r * d + r + d
     adapters = n_layers * k * per_adapter
     norms = (2 * n_layers + 1) * 2 * d if train_layernorm else 0
