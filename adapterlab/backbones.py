@@ -175,7 +175,7 @@ def _load_from_folder(folder: Path, num_labels: int, seed: int):
         return (*_from_pretrained(str(folder), num_labels, seed, local_files_only=True), "folder")
     except OSError as error:
         raise BackboneError(
-            f"{folder} cannot be loaded as a backbone: {error}. adapterlab reads weights only from "
+            f"{folder} cannot be loaded as a backbone: {str(error).rstrip('.')}. adapterlab reads weights only from "
             "model.safetensors (a pytorch_model.bin is a pickle, which can run code when loaded); save the model "
             "with save_pretrained() (transformers writes safetensors) or choose another backbone"
         ) from error
