@@ -107,14 +107,19 @@ def output_height(output) -> int:
 def cell_height(cell) -> int:
     """Estimated height of a cell (input and outputs) on a slide, in reveal.js pixels."""
     if cell.cell_type == "markdown":
-        height = 0
-        for line in cell.source.splitlines():
-            height += HEADING_PX if line.startswith("#") else _wrapped_lines(line, TEXT_CHARS) * TEXT_LINE_PX if line.strip() else 12
-        return height + CELL_GAP_PX
+        return sum(_markdown_line_height(line) for line in cell.source.splitlines()) + CELL_GAP_PX
     if cell.cell_type != "code":
         return 0
-    height = 0 if cell.metadata.get("transient", {}).get("remove_source") else _wrapped_lines(cell.source, CODE_CHARS) * CODE_LINE_PX + 20
-    return height + sum(output_height(output) for output in cell.get("outputs", [])) + CELL_GAP_PX
+    code = 0 if cell.metadata.get("transient", {}).get("remove_source") else _wrapped_lines(cell.source, CODE_CHARS) * CODE_LINE_PX + 20
+    return code + sum(output_height(output) for output in cell.get("outputs", [])) + CELL_GAP_PX
+
+
+def _markdown_line_height(line: str) -> int:
+    if line.startswith("#"):
+        return HEADING_PX
+    if not line.strip():
+        return 12  # the gap between paragraphs
+    return _wrapped_lines(line, TEXT_CHARS) * TEXT_LINE_PX
 
 
 class LectureLayout(Preprocessor):
@@ -133,13 +138,13 @@ class LectureLayout(Preprocessor):
         cells = []
         for cell in nb.cells:
             if SKIP_TAG in tags(cell):
-                cells.append(_skipped(cell))
+                cells.append(_removed(cell))
                 continue
             if cell.cell_type == "code":
                 _clean_code_cell(cell)
             cells.append(cell)
         if title is not None and not title_cell.source.strip():
-            _skipped(title_cell)
+            _removed(title_cell)
         cells = _carry_slide_starts(_predictions_as_slides(cells))
         leading_notes = []
         while cells and slide_type(cells[0]) == "notes":
@@ -153,7 +158,8 @@ class LectureLayout(Preprocessor):
         return nb, resources
 
 
-def _skipped(cell):
+def _removed(cell):
+    """Mark a cell to leave out of the deck (`_carry_slide_starts` drops it)."""
     cell.metadata["deck_removed"] = True
     return cell
 
@@ -204,7 +210,7 @@ def _predictions_as_slides(cells):
                 set_slide_type(cell, "slide")
                 revealing = True
             else:
-                _skipped(cell)
+                _removed(cell)
             continue
         if revealing and slide_type(cell) not in ("skip", "notes"):
             set_slide_type(cell, "fragment")

@@ -238,17 +238,15 @@ def test_a_prediction_is_a_slide_whose_next_fragment_is_the_reveal(page, teachin
     assert "visible" in answer.get_attribute("class")
 
 
-def test_pdf_has_one_page_per_slide(chromium_executable, decks, tmp_path):
-    """`adapterlab slides --pdf` prints a deck through reveal.js's print view, one page per slide."""
-    import shutil
+def test_pdf_has_one_page_per_slide(chromium_executable, tmp_path, monkeypatch):
+    """`adapterlab slides LAB --pdf` prints the deck through reveal.js's print view, one page per slide."""
+    from adapterlab.cli import main
+    from adapterlab.slides_pdf import page_count, slide_count
 
-    from adapterlab.slides_pdf import deck_to_pdf, page_count, slide_count
-
-    lab = min(decks)  # the setup lab: short, with a figure
-    shutil.copytree(decks[lab].parent / "lib", tmp_path / "lib")
-    deck = shutil.copy(decks[lab], tmp_path)
-    slides = slide_count(decks[lab].read_text(encoding="utf-8"))
-    assert slides > 3
-    pdf = deck_to_pdf(deck, chromium_executable)
-    assert pdf.name == f"{lab}.pdf" and pdf.read_bytes().startswith(b"%PDF")
+    lab = all_labs()[0].stem  # the setup lab: short, with a figure
+    monkeypatch.setenv("ADAPTERLAB_CHROMIUM", chromium_executable)
+    assert main(["slides", lab[:2], "--out", str(tmp_path), "--pdf"]) == 0
+    slides = slide_count((tmp_path / f"{lab}.slides.html").read_text(encoding="utf-8"))
+    pdf = tmp_path / f"{lab}.pdf"
+    assert slides > 3 and pdf.read_bytes().startswith(b"%PDF")
     assert page_count(pdf) == slides
