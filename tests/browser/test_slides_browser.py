@@ -1,9 +1,10 @@
 """Every lab's deck, opened from disk in headless Chromium with the network blocked.
 
 A deck passes when reveal.js initialises, shows as many slides as the notebook's slide metadata
-asks for (as the lecture layout leaves it, plus the title slide), draws its plotly figures (an svg.main-svg per figure), shows no broken widget, and
-makes no request that leaves the machine or fails. The decks are exported into build/slides,
-the instructor's folder, so this test also leaves the exported slides behind.
+asks for (as the lecture layout leaves it, plus the title slide), draws its plotly figures (an
+svg.main-svg per figure), shows no broken widget, and makes no request that leaves the machine or
+fails. The decks are exported into build/slides, the instructor's folder, so this test also leaves
+the exported slides behind.
 """
 
 from __future__ import annotations
