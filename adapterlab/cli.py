@@ -245,9 +245,20 @@ def doctor_command(args) -> int:
 
 
 def count_command(args) -> int:
-    from .counting import count_command as count
+    """`adapterlab count`: lab 4's closed-form counts beside a module count of the real model (table or
+    JSON); exits 1 when a row does not match."""
+    import json
 
-    return count(args)
+    from .counting import compare_counts
+
+    with usage_errors():
+        report = compare_counts(args.backbone, args.placement, args.bottleneck, not args.frozen_layernorm,
+                                args.num_labels)
+    print(json.dumps(report.as_dict(), indent=2) if args.json else report)
+    if not report.all_match:
+        raise CommandError("a closed-form count differs from the model's count (the rows not marked 'yes' above); "
+                           "this is a bug in adapterlab.counting: please report it")
+    return OK
 
 
 def student_command(args) -> int:

@@ -129,7 +129,9 @@ def adapter_set_config(directory) -> dict:
     """The adapter_config.json of the adapter set in a run folder, or a :class:`RunFolderError` that says
     what the folder holds instead (a run of a method without adapters, a diverged run, something else)."""
     directory = Path(directory)
-    if directory.is_dir() and not (directory / CONFIG_FILE).exists():
+    if not directory.is_dir():
+        raise RunFolderError(f"{directory}: no such folder; pass a folder written by `adapterlab train --out`")
+    if not (directory / CONFIG_FILE).exists():
         report = read_metrics(directory)
         if report is None:
             raise RunFolderError(f"{directory} holds no adapter set and no {METRICS_FILE}; pass a folder written by "

@@ -272,3 +272,16 @@ def test_train_then_evaluate_reproduces_the_metrics(tmp_path, capsys):
     apply_method(model, "houlsby", bottleneck=8)
     start = evaluate(model, tokenize(load_split("sst2", "dev", source="toy", max_examples=60, seed=5), tokenizer))
     assert abs(start["loss"] - metrics["loss"]) > 1e-3
+
+
+# -------------------------------------------------------------------------------------- count
+
+
+def test_count_reports_bad_input_in_the_common_style_and_prints_json(capsys):
+    assert main(["count", "--bottleneck", "0"]) == USAGE
+    assert "bottleneck must be an integer >= 1" in error_line(capsys, "count")
+    assert main(["count", "--backbone", "bert-base", "--bottleneck", "64", "--json"]) == OK
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["backbone"] == "bert-base"
+    # The paper's BERT-base Houlsby count with m = 64 (DESIGN.md's table), not a number from the code.
+    assert "2379264" in json.dumps(printed).replace(",", "")
