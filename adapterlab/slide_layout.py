@@ -264,7 +264,7 @@ def _split_outputs(cell):
     """The cell, followed by output-only copies holding the outputs that do not fit with what precedes them."""
     if cell_height(cell) <= SLIDE_BUDGET_PX or not cell.get("outputs"):
         return [cell]
-    outputs, cell.outputs = cell.outputs, []
+    outputs, cell.outputs = [piece for output in cell.outputs for piece in _stream_pages(output)], []
     shows_code = bool(cell.source) and not cell.metadata.get("transient", {}).get("remove_source")
     pieces, used = [cell], cell_height(cell)
     for output in outputs:
@@ -283,6 +283,29 @@ def _split_outputs(cell):
         pieces[-1].outputs.append(output)
         used += height
     return pieces
+
+
+def _stream_pages(output) -> list:
+    """A text output taller than a slide, cut into outputs that each fit one (a source listing, a long log)."""
+    if output.get("output_type") != "stream" or output_height(output) <= SLIDE_BUDGET_PX:
+        return [output]
+    room = (SLIDE_BUDGET_PX - CELL_GAP_PX) // CODE_LINE_PX
+    pages, lines, used = [], [], 0
+    for line in output["text"].splitlines(keepends=True):
+        height = _wrapped_lines(line, CODE_CHARS)
+        if lines and used + height > room:
+            pages.append("".join(lines))
+            lines, used = [], 0
+        lines.append(line)
+        used += height
+    pages.append("".join(lines))
+    return [_with_text(output, text) for text in pages]
+
+
+def _with_text(output, text: str):
+    page = copy.deepcopy(output)
+    page["text"] = text
+    return page
 
 
 def deck_title(nb, title: str | None, notices: list[str]) -> dict:

@@ -176,6 +176,14 @@ def test_a_long_output_moves_to_a_subslide_of_its_own(tmp_path):
     assert "print_rows" not in rows_slide["text"] and "short line" in code_slide["text"]
 
 
+def test_a_text_output_taller_than_a_slide_is_cut_over_subslides(tmp_path):
+    listing = "".join(f"line-{i:03d}\n" for i in range(100))
+    deck = export(tmp_path, [cell("code", "print(source)", "slide", [stream(listing)])])
+    shown = [re.findall(r"line-\d{3}", slide["text"]) for slide in deck.slides]
+    assert sorted(sum(shown, [])) == [f"line-{i:03d}" for i in range(100)], "every line, once"
+    assert sum(bool(lines) for lines in shown) >= 4 and max(len(lines) for lines in shown) <= 30
+
+
 def test_cells_that_overflow_a_slide_continue_on_a_subslide(tmp_path):
     paragraph = "A sentence that fills a line of the slide with words. " * 4
     deck = export(tmp_path, [cell("md", "## Long", "slide")] + [cell("md", f"PARAGRAPH-{i} {paragraph}") for i in range(8)])
