@@ -109,14 +109,17 @@ def _check_rows(flag: str, value: int | None) -> None:
         raise CommandError(f"{flag} must be a number of rows >= 1; got {value}", USAGE)
 
 
-def _run_report(task: str, config, history, *, status: str, metrics=None, backbone_info=None, data=None,
-                toy_data=None) -> dict:
-    """metrics.json for a run that ended without a TrainResult (diverged)."""
+def _diverged_report(task: str, config, error) -> dict:
+    """metrics.json for a run that diverged: no metrics and no adapter set, but the partial history and
+    what the run was (config, backbone, data), so the failure can be read afterwards."""
     from dataclasses import asdict
 
-    return {"status": status, "task": task, "metrics": metrics or {}, "config": config.as_dict(),
-            "backbone": asdict(backbone_info) if backbone_info is not None else None, "data": data,
-            "toy_data": toy_data, "history": {"rows": history.rows(), **history.as_dict()}}
+    history = error.history
+    return {"status": "diverged", "task": task, "error": str(error), "diverged_at_step": error.step,
+            "metrics": {}, "checkpoint": None, "config": config.as_dict(),
+            "backbone": asdict(error.backbone_info) if error.backbone_info is not None else None,
+            "data": error.data_description, "toy_data": error.toy_data,
+            "history": {"rows": history.rows(), **history.as_dict()}}
 
 
 def train_command(args) -> int:
@@ -142,33 +145,24 @@ def train_command(args) -> int:
         check_glue_setting(args.data, task)
         staging = prepare_run_folder(args.out, overwrite=args.overwrite)
     out = Path(args.out)
-    committed = False
     try:
-        try:
-            result = run_experiment(task, config, backbone=args.backbone, data_dir=args.data,
-                                    max_train=args.max_train, max_eval=args.max_eval)
-        except TrainingDiverged as error:
-            report = _run_report(task, config, error.history, status="diverged", backbone_info=error.backbone_info,
-                                 data=error.data_description, toy_data=error.toy_data)
-            report.update(error=str(error), diverged_at_step=error.step, checkpoint=None)
-            write_metrics(staging, report)
-            commit_run_folder(staging, out)
-            committed = True
-            raise CommandError(f"{error}. The partial history is in {out}/metrics.json") from None
+        result = run_experiment(task, config, backbone=args.backbone, data_dir=args.data,
+                                max_train=args.max_train, max_eval=args.max_eval)
         report = {"status": "interrupted" if result.interrupted else "complete", "task": task, **result.to_dict()}
-        if config.method in PLACEMENTS:
+        report["checkpoint"] = str(out) if config.method in PLACEMENTS else None
+        if report["checkpoint"]:
             save_adapter_set(result.model, staging, backbone=result.backbone_info,
                              extra={"task": task, "seed": config.seed, "metrics": result.metrics})
-            report["checkpoint"] = str(out)
         else:
-            report["checkpoint"] = None
             report["note"] = f"method {config.method} trains the backbone's own weights: no adapter set is written"
         write_metrics(staging, report)
         commit_run_folder(staging, out)
-        committed = True
+    except TrainingDiverged as error:
+        write_metrics(staging, _diverged_report(task, config, error))
+        commit_run_folder(staging, out)
+        raise CommandError(f"{error}. The partial history is in {out}/metrics.json") from None
     finally:
-        if not committed:
-            discard_staging(staging)
+        discard_staging(staging)  # a run that failed before it was written; after a commit there is nothing left
     print(result.summary(sources=not config.progress))  # with progress on, run_experiment printed them
     print(f"wrote {out / 'metrics.json'}" + (f" and the adapter set in {out}" if report["checkpoint"] else ""))
     if result.interrupted:

@@ -93,7 +93,7 @@ def commit_run_folder(staging: Path, out) -> Path:
 
 
 def discard_staging(staging: Path) -> None:
-    """Delete a staging folder whose run will not be committed (it failed before training ended)."""
+    """Delete a staging folder whose run was not committed (nothing to do once it has been)."""
     shutil.rmtree(staging, ignore_errors=True)
 
 

@@ -1,4 +1,4 @@
-"""One training and evaluation loop for every method the labs compare.
+"""One training loop for every method the labs compare (labs 6-9); it evaluates with :mod:`adapterlab.evaluation`.
 
 Adapters (houlsby, pfeiffer, parallel), full fine-tuning, the top-k layers, LayerNorm only and the head
 only differ *only* in which parameters are trainable (:func:`adapterlab.placement.apply_method` sets
