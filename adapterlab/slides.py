@@ -20,7 +20,7 @@ import plotly.io
 from nbconvert.exporters import SlidesExporter
 from nbconvert.preprocessors import Preprocessor
 
-from .labfiles import LabNotFoundError, find_labs
+from .labfiles import find_labs
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"

@@ -14,7 +14,6 @@ from dataclasses import replace
 
 import pytest
 import torch
-from accelerate.utils import set_seed
 
 from adapterlab import plots, training
 from adapterlab.backbones import STANDIN, TINY, load_backbone, standin_installed
