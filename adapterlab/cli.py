@@ -88,6 +88,32 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--backbone", default=None, help="default: the backbone the adapter set was trained on")
     evaluate.add_argument("--max-eval", type=int, default=None, metavar="N", help="evaluate on N dev rows")
 
+    sweep = commands.add_parser(
+        "sweep", help="train a grid of settings x seeds into the run store; shards split it, a rerun resumes it",
+        description="Every combination of the --grid values, for every seed, is trained once and stored in the run "
+                    "store; runs already stored (by any shard, or an earlier interrupted sweep) are not trained again.")
+    sweep.add_argument("--task", default="sst2", choices=tasks)
+    sweep.add_argument("--method", default="houlsby", choices=METHODS)
+    sweep.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2,...",
+                       help="a training setting and its values, e.g. --grid init_scale=1e-4,1e-2 --grid bottleneck=8,64 "
+                            "(any TrainConfig field; repeat for a grid)")
+    sweep.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default: 0,1,2)")
+    sweep.add_argument("--bottleneck", type=int, default=64, help="bottleneck size r where the grid does not set it")
+    sweep.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the method's)")
+    sweep.add_argument("--steps", type=int, default=None, help="training steps per run (default: --epochs)")
+    sweep.add_argument("--epochs", type=float, default=1.0)
+    sweep.add_argument("--eval-every", type=int, default=None, metavar="N", help="evaluate every N steps and at the end")
+    sweep.add_argument("--batch-size", type=int, default=32)
+    sweep.add_argument("--backbone", default="bert-base-uncased", help="as for train")
+    sweep.add_argument("--data", default=None, metavar="DIR", help="a GLUE folder (as for train)")
+    sweep.add_argument("--max-train", type=int, default=None, metavar="N", help="a seeded, stratified subset of N rows")
+    sweep.add_argument("--max-eval", type=int, default=None, metavar="N", help="evaluate on N dev rows")
+    sweep.add_argument("--shard", default="1/1", metavar="I/N",
+                       help="run the I-th of N shares of the grid (1/2 and 2/2 in two processes or machines)")
+    sweep.add_argument("--store", default=None, metavar="DIR",
+                       help="the run store (default: $ADAPTERLAB_RUNS, else runs/store in the project)")
+    sweep.add_argument("--no-progress", action="store_true", help="no progress bar")
+
     slides = commands.add_parser("slides", help="export the labs to reveal.js slide decks that open offline")
     slides.add_argument("labs", nargs="*", metavar="LAB", help="lab number, name or notebook path (default: every lab)")
     slides.add_argument("--out", default="build/slides", help="folder for the decks (default: build/slides)")
@@ -212,6 +238,70 @@ def evaluate_command(args) -> int:
 
 
 # --------------------------------------------------------------------------------------------------
+# sweep
+# --------------------------------------------------------------------------------------------------
+
+
+def _parse_seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise CommandError(f"--seeds must be comma-separated integers, e.g. 0,1,2; got {text!r}", USAGE) from None
+    if not seeds or min(seeds) < 0 or len(set(seeds)) != len(seeds):
+        raise CommandError(f"--seeds needs distinct integers >= 0, e.g. 0,1,2; got {text!r}", USAGE)
+    return seeds
+
+
+def sweep_command(args) -> int:
+    """`adapterlab sweep`: the shard's share of a grid of settings x seeds, each run stored as it finishes;
+    prints every run and then each setting's mean and spread over the seeds."""
+    from .data import check_glue_setting, get_task
+    from .runstore import PROJECT_ROOT, RunStore, default_stores, summarize
+    from .sweep import expand, parse_grid, parse_shard, run_sweep
+    from .training import TrainConfig
+
+    task = get_task(args.task).name
+    _check_rows("--max-train", args.max_train)
+    _check_rows("--max-eval", args.max_eval)
+    seeds = _parse_seeds(args.seeds)
+    with usage_errors():
+        base = TrainConfig(method=args.method, bottleneck=args.bottleneck, learning_rate=args.lr, epochs=args.epochs,
+                           max_steps=args.steps, eval_every=args.eval_every, batch_size=args.batch_size,
+                           progress=False)
+        grid = parse_grid(args.grid, TrainConfig)
+        configs = expand(base, grid, seeds)
+        shard = parse_shard(args.shard)
+        check_glue_setting(args.data, task)
+        stores = default_stores() if args.store is None else [RunStore(args.store)]
+    own = stores[0].folder
+    with contextlib.suppress(ValueError):  # the default store prints as runs/store, not as an absolute path
+        own = own.relative_to(PROJECT_ROOT)
+    done = []
+    try:
+        run_sweep(task, configs, stores=stores, shard=shard, backbone=args.backbone, data_dir=args.data,
+                  max_train=args.max_train, max_eval=args.max_eval, progress=not args.no_progress, on_run=done.append)
+    except KeyboardInterrupt:
+        print(f"adapterlab sweep: interrupted after {len(done)} of this shard's runs; they are stored in {own}. "
+              "Run the same command again to resume.", file=sys.stderr)
+        return INTERRUPTED
+    names = tuple(grid)
+    for lookup in done:
+        record = lookup.record
+        settings = ", ".join(f"{name}={record['key']['settings'][name]}" for name in names)
+        score = "diverged" if record.get("status") == "diverged" else f"{record['metric']} {record['best_metric']:.4f}"
+        print(f"seed {record['key']['settings']['seed']}  {settings}  {score}  "
+              f"({'stored' if lookup.stored else 'trained'})")
+    for row in summarize([lookup.record for lookup in done], by=names):
+        settings = ", ".join(f"{name}={row[name]}" for name in names) or "all runs"
+        diverged = f", {row['diverged']} diverged" if row["diverged"] else ""
+        spread = f"± {row['std']:.4f} (sample sd over {row['n']} seeds" if row["n"] > 1 else f"({row['n']} seed: no spread"
+        print(f"{settings}: mean {row['mean']:.4f} {spread}{diverged})")
+    print(f"{len(done)} runs of shard {shard[0]}/{shard[1]} ({sum(not l.stored for l in done)} trained now) "
+          f"in the run store {own}")
+    return OK
+
+
+# --------------------------------------------------------------------------------------------------
 # slides, doctor, count, student
 # --------------------------------------------------------------------------------------------------
 
@@ -262,7 +352,8 @@ def student_command(args) -> int:
 
 
 COMMANDS = {"doctor": doctor_command, "count": count_command, "train": train_command,
-            "evaluate": evaluate_command, "slides": slides_command, "student": student_command}
+            "evaluate": evaluate_command, "sweep": sweep_command, "slides": slides_command,
+            "student": student_command}
 
 
 def _report(command: str, message) -> None:

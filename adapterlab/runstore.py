@@ -91,6 +91,7 @@ def make_record(key: dict, result) -> dict:
     return {
         "id": run_id(key),
         "key": key,
+        "status": "complete",
         "metric": history.metric,
         "best_metric": result.best_metric,
         "best_step": result.best_step,
@@ -105,6 +106,20 @@ def make_record(key: dict, result) -> dict:
         "backbone_info": info.describe() if info is not None else None,
         "machine": machine(),
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def make_diverged_record(key: dict, error) -> dict:
+    """A stored run that diverged (:class:`adapterlab.training.TrainingDiverged`): no metric, the partial
+    loss curve and why."""
+    history = error.history
+    return {
+        "id": run_id(key), "key": key, "status": "diverged", "error": str(error), "diverged_at_step": error.step,
+        "metric": history.metric, "best_metric": None, "best_step": None, "metrics": {},
+        "train_seconds": history.train_seconds, "wall_time": history.wall_time,
+        "evals": [dict(entry) for entry in history.evals], "loss": list(history.loss),
+        "backbone_info": error.backbone_info.describe() if error.backbone_info is not None else None,
+        "machine": machine(), "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
 
 
@@ -200,9 +215,11 @@ def run_or_load(task: str, config, *, backbone: str = "bert-base-uncased", data_
 
     ``retrain=True`` trains again even when the run is stored (and replaces the stored record). The
     key is found without loading the backbone: only the data is read, so a stored run answers at once.
-    Runs stopped early are not stored: they would stand in for a full run.
+    Runs stopped early are not stored: they would stand in for a full run. A run that diverges is a
+    result too (an init scale or learning rate that blows up): it is stored and returned with
+    ``status`` "diverged", its message in ``error`` and no metric.
     """
-    from .training import run_experiment
+    from .training import TrainingDiverged, run_experiment
 
     stores = default_stores() if stores is None else list(stores)
     writable = next((store for store in stores if not store.read_only), None)
@@ -216,8 +233,13 @@ def run_or_load(task: str, config, *, backbone: str = "bert-base-uncased", data_
             record = store.get(key)
             if record is not None:
                 return Lookup(record, True, store)
-    result = run_experiment(task, config, backbone=backbone, data_dir=data_dir, max_train=max_train,
-                            max_eval=max_eval, callback=callback, fallback=fallback)
+    try:
+        result = run_experiment(task, config, backbone=backbone, data_dir=data_dir, max_train=max_train,
+                                max_eval=max_eval, callback=callback, fallback=fallback)
+    except TrainingDiverged as error:
+        record = make_diverged_record(key, error)
+        writable.put(record)
+        return Lookup(record, False, writable)
     record = make_record(key, result)
     if not result.interrupted:
         writable.put(record)
@@ -226,7 +248,8 @@ def run_or_load(task: str, config, *, backbone: str = "bert-base-uncased", data_
 
 def summarize(records: list[dict], by: tuple[str, ...]) -> list[dict]:
     """Group runs by settings named in ``by`` (keys of ``record["key"]["settings"]``, or "task", "backbone")
-    and give each group's seeds, mean, sample standard deviation and values of the best metric."""
+    and give each group's seeds, mean, sample standard deviation and values of the best metric, and how
+    many of its runs diverged (they have no metric and are left out of the mean)."""
     groups: dict[tuple, list[dict]] = {}
     for record in records:
         key = record["key"]
@@ -240,5 +263,6 @@ def summarize(records: list[dict], by: tuple[str, ...]) -> list[dict]:
         spread = (math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
                   if len(values) > 1 else float("nan"))
         rows.append({**dict(zip(by, fields)), "seeds": [m["key"]["settings"]["seed"] for m in members],
-                     "values": values, "mean": mean, "std": spread, "n": len(values)})
+                     "values": values, "mean": mean, "std": spread, "n": len(values),
+                     "diverged": sum(m.get("status") == "diverged" for m in members)})
     return rows

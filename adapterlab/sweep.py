@@ -76,10 +76,11 @@ def expand(base, grid: dict[str, list], seeds) -> list:
 
 def run_sweep(task: str, configs: list, *, stores: list[RunStore], shard: tuple[int, int] = (1, 1),
               backbone: str = "bert-base-uncased", data_dir=None, max_train: int | None = None,
-              max_eval: int | None = None, fallback: bool = True, progress: bool = True) -> list:
+              max_eval: int | None = None, fallback: bool = True, progress: bool = True, on_run=None) -> list:
     """Run this shard's share of ``configs`` (see the module docstring); return a Lookup per run.
 
     A run already in one of ``stores`` is not trained again; new runs go into the first writable store.
+    ``on_run(lookup)`` is called after each run (a caller interrupted part-way still has those).
     """
     index, count = shard
     mine = configs[index - 1::count]
@@ -90,5 +91,7 @@ def run_sweep(task: str, configs: list, *, stores: list[RunStore], shard: tuple[
                              data_dir=data_dir, max_train=max_train, max_eval=max_eval, fallback=fallback,
                              stores=stores)
         lookups.append(lookup)
+        if on_run is not None:
+            on_run(lookup)
         bar.set_postfix(stored=sum(item.stored for item in lookups), trained=sum(not item.stored for item in lookups))
     return lookups

@@ -206,3 +206,69 @@ def test_an_interrupted_sweep_resumes_where_it_stopped(tmp_path, monkeypatch):
     monkeypatch.setattr(training, "run_experiment", lambda *a, **k: calls.append(k) or real(*a, **k))
     done = sweep.run_sweep("sst2", configs, stores=[store], backbone=TINY, max_train=48, max_eval=32, progress=False)
     assert [item.stored for item in done] == [True, True, False] and len(calls) == 1 and len(store) == 3
+
+
+# ------------------------------------------------------------------------------------- the command
+
+
+def sweep_args(store, *extra):
+    return ["sweep", "--backbone", TINY, "--steps", "2", "--batch-size", "16", "--max-train", "48", "--max-eval", "32",
+            "--bottleneck", "4", "--store", str(store), "--no-progress", *extra]
+
+
+def test_sweep_command_trains_the_grid_once_and_prints_each_settings_spread(tmp_path, capsys):
+    from adapterlab.cli import main
+
+    args = sweep_args(tmp_path, "--grid", "init_scale=1e-3,1e-2", "--seeds", "0,1")
+    assert main(args + ["--shard", "2/2"]) == 0
+    assert "2 runs of shard 2/2 (2 trained now)" in capsys.readouterr().out
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "4 runs of shard 1/1 (2 trained now)" in out and out.count("(stored)") == 2
+    records = RunStore(tmp_path).records()
+    for scale in (1e-3, 1e-2):
+        values = [r["best_metric"] for r in records if r["key"]["settings"]["init_scale"] == scale]
+        assert f"init_scale={scale}: mean {statistics.mean(values):.4f} ± {statistics.stdev(values):.4f}" in out
+
+
+def test_sweep_command_interrupted_exits_130_and_says_how_to_resume(tmp_path, capsys, monkeypatch):
+    import adapterlab.training as training
+    from adapterlab.cli import main
+
+    real, calls = training.run_experiment, []
+
+    def interrupted_at_the_second(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(training, "run_experiment", interrupted_at_the_second)
+    assert main(sweep_args(tmp_path, "--seeds", "0,1,2")) == 130
+    err = capsys.readouterr().err
+    assert "interrupted after 1 of this shard's runs" in err and "again to resume" in err
+    assert len(RunStore(tmp_path)) == 1
+
+
+@pytest.mark.parametrize("bad, message", [(["--grid", "rank=4"], "no training setting 'rank'"),
+                                          (["--seeds", "0,0"], "distinct"), (["--seeds", "x"], "comma-separated"),
+                                          (["--shard", "3/2"], "1 <= I <= N"), (["--grid", "bottleneck=0"], "bottleneck")])
+def test_sweep_command_rejects_bad_arguments_before_training(tmp_path, capsys, monkeypatch, bad, message):
+    from adapterlab.cli import main
+
+    monkeypatch.setattr("adapterlab.training.run_experiment", no_training)
+    assert main(sweep_args(tmp_path, *bad)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("adapterlab sweep: ") and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_diverged_run_is_stored_as_diverged_and_left_out_of_the_mean(tmp_path, monkeypatch):
+    store = RunStore(tmp_path)
+    blown = lookup(store, config(learning_rate=1e6, max_steps=8))
+    assert blown.record["status"] == "diverged" and blown.record["best_metric"] is None
+    assert "learning rate" in blown.record["error"]
+    monkeypatch.setattr("adapterlab.training.run_experiment", no_training)
+    again = lookup(store, config(learning_rate=1e6, max_steps=8))
+    assert again.stored and again.record["status"] == "diverged"
+    (row,) = summarize([again.record], by=("learning_rate",))
+    assert row["diverged"] == 1 and row["n"] == 0
