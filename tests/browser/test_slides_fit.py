@@ -99,6 +99,7 @@ def formulas_in(markdown: str) -> int:
 def open_deck(page, deck) -> None:
     page.goto(deck.as_uri())
     page.wait_for_function("() => window.Reveal && Reveal.isReady()", timeout=30_000)
+    page.add_style_tag(content=".reveal .fragment { transition: none !important; }")  # screenshots without a half-faded fragment
 
 
 def walk_deck(page) -> tuple[list[str], list[str], list[float]]:
