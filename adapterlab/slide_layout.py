@@ -200,7 +200,8 @@ def _clean_code_cell(cell) -> None:
 
 
 def _predictions_as_slides(cells):
-    """A prediction prompt starts a slide; its code cell is left out; the next shown cell is its reveal."""
+    """A prediction prompt starts a slide; its code cell is left out; the next shown cell, unless it starts
+    a slide of its own, is its reveal (a fragment)."""
     revealing = False
     for cell in cells:
         if cell.metadata.get("deck_removed"):
@@ -213,8 +214,9 @@ def _predictions_as_slides(cells):
                 _removed(cell)
             continue
         if revealing and slide_type(cell) not in ("skip", "notes"):
-            set_slide_type(cell, "fragment")
-            cell.metadata["deck_keep_with_previous"] = True
+            if slide_type(cell) != "slide":  # a new section is not the answer: the prediction stands alone
+                set_slide_type(cell, "fragment")
+                cell.metadata["deck_keep_with_previous"] = True
             revealing = False
     return cells
 

@@ -167,6 +167,17 @@ def test_a_prediction_is_a_slide_of_its_own_with_the_reveal_as_its_fragment(tmp_
     assert "THE-ANSWER" in slide["fragments"][0] and "Predict." not in slide["fragments"][0]
 
 
+def test_a_prediction_answered_on_a_later_slide_keeps_that_slide(tmp_path):
+    deck = export(tmp_path, [
+        cell("md", "**Predict.** Which one? (a) this (b) that", "slide", tags=["prediction"]),
+        cell("code", 'my_prediction = ""', "skip", tags=["prediction"]),
+        cell("md", "## A NEW SECTION", "slide"),
+    ])
+    [prompt] = [slide for slide in deck.slides if "Predict." in slide["text"]]
+    [section] = [slide for slide in deck.slides if "A NEW SECTION" in slide["text"]]
+    assert prompt is not section and section["top"] and not prompt["fragments"]
+
+
 def test_a_long_output_moves_to_a_subslide_of_its_own(tmp_path):
     lines = "".join(f"row {i}\n" for i in range(60))
     deck = export(tmp_path, [cell("code", "print_rows()", "slide", [stream("short line\n"), stream(lines)])])
