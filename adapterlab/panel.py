@@ -2,8 +2,11 @@
 steps, press Train, watch the curves, compare every run in a table.
 
 The panel holds no training logic: :meth:`TrainingPanel.train_once` turns the controls into a
-:class:`adapterlab.training.TrainConfig` and calls :func:`adapterlab.training.run_experiment`, whose
-callback redraws the chart at every evaluation. The controls are plain attributes
+:class:`adapterlab.training.TrainConfig` and looks it up in the run store (:mod:`adapterlab.runstore`:
+the student's own runs, then the reference runs shipped with the labs). A stored run is shown at once,
+marked as stored, with a *Train again* button to check it; otherwise
+:func:`adapterlab.training.run_experiment` trains it, its callback redrawing the chart at every
+evaluation, and the finished run is stored. The controls are plain attributes
 (``panel.bottleneck.value = 8``, ``panel.train_button.click()``) so that a test can drive the panel
 without a browser.
 
@@ -23,7 +26,8 @@ from tqdm.auto import tqdm
 from .plots import display_data, training_figure
 from .placement import PLACEMENTS
 from .profiles import current_profile
-from .training import TrainConfig, TrainingDiverged, run_experiment
+from .runstore import default_stores, history_of, run_or_load
+from .training import TrainConfig, run_experiment
 
 #: Bottleneck sizes the slider offers (powers of two, as in the paper's sweep up to 256).
 BOTTLENECKS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -55,6 +59,7 @@ class TrainingPanel:
         fallback: bool | None = None,
         config: TrainConfig | None = None,
         steps: int | None = None,
+        stores=None,
     ):
         profile = current_profile()
         self.task = task
@@ -66,9 +71,11 @@ class TrainingPanel:
         self.config = config or TrainConfig(batch_size=profile.batch_size, seed=profile.seed,
                                             eval_every=profile.panel_eval_every)
         steps = profile.panel_steps if steps is None else steps
+        self.stores = default_stores() if stores is None else list(stores)
         self.runs: list[dict] = []
         self.figure = None
         self.last_result = None
+        self.last_record = None
 
         look = dict(style={"description_width": "8em"}, layout={"width": "26em"})
         slider = dict(look, continuous_update=False)
@@ -84,17 +91,21 @@ class TrainingPanel:
             value=steps, min=10, max=max(2000, steps), step=10, description="steps", **slider
         )
         self.train_button = widgets.Button(description="Train", button_style="primary", icon="play")
+        self.retrain_button = widgets.Button(description="Train again", icon="refresh", disabled=True,
+                                             tooltip="re-train these settings instead of showing the stored run")
         self.status = widgets.HTML(value="Choose the settings and press <b>Train</b>.")
         self.log = widgets.Output()  # the run's progress bar and what it loaded
         self.chart = widgets.Output(layout={"min_height": "360px"})
         self.table = widgets.HTML(value=self._table_html())
         self.train_button.on_click(lambda _: self.train_once())
+        self.retrain_button.on_click(lambda _: self.train_once(retrain=True))
         self.placement.observe(self._placement_changed, names="value")
         controls = widgets.VBox(
             [self.placement, self.bottleneck, self.init_scale, self.learning_rate, self.steps],
             layout={"flex": "0 0 auto", "width": "28em"},  # the sliders keep their width and readouts
         )
-        actions = widgets.VBox([self.train_button, self.status, self.log], layout={"flex": "1 1 auto"})
+        buttons = widgets.HBox([self.train_button, self.retrain_button])
+        actions = widgets.VBox([buttons, self.status, self.log], layout={"flex": "1 1 auto"})
         self.widget = widgets.VBox([widgets.HBox([controls, actions]), self.chart, self.table])
 
     def _repr_mimebundle_(self, **kwargs):
@@ -122,39 +133,39 @@ class TrainingPanel:
         self.figure = training_figure(history)
         self.chart.outputs = (display_data(self.figure),)
 
-    def train_once(self):
-        """Train once with the current settings; update chart, table and status. Returns the TrainResult
-        (None when training diverged; the status line then says why)."""
+    def train_once(self, retrain: bool = False):
+        """Show the stored run with the current settings, or train it (``retrain``: train even when stored);
+        update chart, table and status. Returns the TrainResult of a run trained now, else None (a stored
+        run, or a diverged one: the status line then says why). ``last_record`` holds the run either way."""
         config = self.settings()
-        self.train_button.disabled = True
-        self.status.value = f"Training run {len(self.runs) + 1} ({config.method}) …"
+        self.train_button.disabled = self.retrain_button.disabled = True
+        self.status.value = f"Looking up run {len(self.runs) + 1} ({config.method}) …"
         self.log.clear_output()
         try:
             with self.log:
-                result = run_experiment(
-                    self.task,
-                    config,
-                    backbone=self.backbone,
-                    data_dir=self.data_dir,
-                    max_train=self.max_train,
-                    max_eval=self.max_eval,
-                    callback=self._show,
-                    fallback=self.fallback,
-                )
-        except TrainingDiverged as error:
-            self.runs.append(self._row(config, None))
-            self.status.value = f"<span style='color:#b00'>Run {len(self.runs)} diverged: {html.escape(str(error))}</span>"
-            self.table.value = self._table_html()
-            return None
+                found = run_or_load(self.task, config, backbone=self.backbone, data_dir=self.data_dir,
+                                    max_train=self.max_train, max_eval=self.max_eval, fallback=self.fallback,
+                                    stores=self.stores, retrain=retrain, callback=self._show,
+                                    trainer=run_experiment)
         finally:
             self.train_button.disabled = False
-        self.last_result = result
-        self._show(result.history)
-        self.runs.append(self._row(config, result))
+        record, number = found.record, len(self.runs) + 1
+        self.last_record, self.last_result = record, found.result
+        self.retrain_button.disabled = not found.stored
+        self.runs.append(self._row(config, record, stored=found.stored))
         self.table.value = self._table_html()
-        interrupted = " (stopped early)" if result.interrupted else ""
-        self.status.value = f"Run {len(self.runs)} finished{interrupted}: {html.escape(result.backbone_info.describe())}"
-        return result
+        if record.get("status") == "diverged":
+            self.status.value = f"<span style='color:#b00'>Run {number} diverged: {html.escape(record['error'])}</span>"
+            return None
+        self._show(found.result.history if found.result is not None else history_of(record))
+        if found.stored:
+            self.status.value = (f"Run {number}: <b>stored result</b> of these settings, trained {record['created'][:10]} "
+                                 f"on {record['machine']['cpus']} CPUs ({html.escape(record['backbone_info'] or '')}); "
+                                 "press <b>Train again</b> to check it")
+            return None
+        interrupted = " (stopped early)" if found.result.interrupted else ""
+        self.status.value = f"Run {number} finished{interrupted}: {html.escape(found.result.backbone_info.describe())}"
+        return found.result
 
     def sweep(self, control: str, values, steps: int | None = None) -> list[dict]:
         """Move one control through ``values``, pressing Train at each; return the rows of those runs.
@@ -190,7 +201,7 @@ class TrainingPanel:
         backbone and data) to the table, so that a sweep can reuse it. Returns its row."""
         if result.history.task and result.history.task != self.task:
             raise ValueError(f"this panel trains {self.task!r}; the run to record trained {result.history.task!r}")
-        self.runs.append(self._row(config, result))
+        self.runs.append(self._row(config, _result_record(result)))
         self.table.value = self._table_html()
         return self.runs[-1]
 
@@ -198,7 +209,7 @@ class TrainingPanel:
         key = _settings_key(config)
         return next((row for row in self.runs if row["key"] == key and row["value"] is not None), None)
 
-    def _row(self, config: TrainConfig, result) -> dict:
+    def _row(self, config: TrainConfig, record: dict, stored: bool = False) -> dict:
         adapters = config.method in PLACEMENTS
         row = {
             "run": len(self.runs) + 1,
@@ -208,21 +219,22 @@ class TrainingPanel:
             "learning_rate": config.learning_rate,
             "steps": config.max_steps,
             "key": _settings_key(config),
+            "stored": stored,
         }
-        if result is None:
+        if record.get("status") == "diverged":
             return {**row, "metric": "diverged", "value": None, "trained": None, "percent": None, "seconds": None}
         return {
             **row,
-            "metric": result.history.metric,
-            "value": result.best_metric,  # None when stopped before the first evaluation
-            "trained": result.trainable["total_trainable"],
-            "percent": result.trainable["percent_of_backbone"],
-            "seconds": result.train_seconds,
+            "metric": record["metric"],
+            "value": record["best_metric"],  # None when stopped before the first evaluation
+            "trained": record["trained_parameters"],
+            "percent": record["percent_of_backbone"],
+            "seconds": record["train_seconds"],
         }
 
     def _table_html(self) -> str:
         headers = ["run", "placement", "r", "init scale", "learning rate", "steps", "dev metric", "trained params",
-                   "% of backbone", "train time"]
+                   "% of backbone", "train time", "from"]
         if not self.runs:
             body = f"<tr><td colspan='{len(headers)}'><i>no runs yet</i></td></tr>"
         else:
@@ -243,6 +255,7 @@ class TrainingPanel:
             str(row["run"]), row["placement"], fmt(row["bottleneck"], "d"), fmt(row["init_scale"], ".0e"),
             fmt(row["learning_rate"], ".0e"), str(row["steps"]), metric, fmt(row["trained"], ","),
             fmt(row["percent"], ".2f"), "–" if row["seconds"] is None else f"{row['seconds']:.1f} s",
+            "store" if row["stored"] else "trained here",
         ]
         return "<tr>" + "".join(f"<td style='padding:2px 8px'>{html.escape(c)}</td>" for c in cells) + "</tr>"
 
@@ -254,3 +267,10 @@ def _settings_key(config: TrainConfig) -> tuple:
     for ignored in ("progress", "device", "learning_rate"):
         settings.pop(ignored)
     return tuple(sorted(settings.items()))
+
+
+def _result_record(result) -> dict:
+    """The fields of a stored run that the table shows, from a TrainResult trained outside the panel."""
+    return {"metric": result.history.metric, "best_metric": result.best_metric,
+            "trained_parameters": result.trainable["total_trainable"],
+            "percent_of_backbone": result.trainable["percent_of_backbone"], "train_seconds": result.train_seconds}

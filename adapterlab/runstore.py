@@ -201,26 +201,31 @@ def default_stores() -> list[RunStore]:
 
 @dataclass
 class Lookup:
-    """A run found in a store or trained now: ``record`` as stored, ``stored`` says which, and where."""
+    """A run found in a store or trained now: ``record`` as stored, ``stored`` says which, and where;
+    ``result`` is the TrainResult (with the trained model) of a run trained now."""
 
     record: dict
     stored: bool
     store: RunStore
+    result: object = None
 
 
 def run_or_load(task: str, config, *, backbone: str = "bert-base-uncased", data_dir=None,
                 max_train: int | None = None, max_eval: int | None = None, fallback: bool = True,
-                stores: list[RunStore] | None = None, retrain: bool = False, callback=None) -> Lookup:
+                stores: list[RunStore] | None = None, retrain: bool = False, callback=None,
+                trainer=None) -> Lookup:
     """A stored run with these settings, or train it now and store it (in the first writable store).
 
     ``retrain=True`` trains again even when the run is stored (and replaces the stored record). The
     key is found without loading the backbone: only the data is read, so a stored run answers at once.
     Runs stopped early are not stored: they would stand in for a full run. A run that diverges is a
     result too (an init scale or learning rate that blows up): it is stored and returned with
-    ``status`` "diverged", its message in ``error`` and no metric.
+    ``status`` "diverged", its message in ``error`` and no metric. ``trainer`` replaces
+    :func:`adapterlab.training.run_experiment` (same arguments).
     """
     from .training import TrainingDiverged, run_experiment
 
+    trainer = run_experiment if trainer is None else trainer
     stores = default_stores() if stores is None else list(stores)
     writable = next((store for store in stores if not store.read_only), None)
     if writable is None:
@@ -234,8 +239,8 @@ def run_or_load(task: str, config, *, backbone: str = "bert-base-uncased", data_
             if record is not None:
                 return Lookup(record, True, store)
     try:
-        result = run_experiment(task, config, backbone=backbone, data_dir=data_dir, max_train=max_train,
-                                max_eval=max_eval, callback=callback, fallback=fallback)
+        result = trainer(task, config, backbone=backbone, data_dir=data_dir, max_train=max_train,
+                         max_eval=max_eval, callback=callback, fallback=fallback)
     except TrainingDiverged as error:
         record = make_diverged_record(key, error)
         writable.put(record)
@@ -243,7 +248,17 @@ def run_or_load(task: str, config, *, backbone: str = "bert-base-uncased", data_
     record = make_record(key, result)
     if not result.interrupted:
         writable.put(record)
-    return Lookup(record, False, writable)
+    return Lookup(record, False, writable, result)
+
+
+def history_of(record: dict):
+    """The :class:`adapterlab.training.History` of a stored run, enough to draw its training figure."""
+    from .training import History
+
+    loss = list(record.get("loss") or [])
+    return History(task=record["key"]["task"], metric=record["metric"], steps=list(range(1, len(loss) + 1)),
+                   loss=loss, evals=[dict(entry) for entry in record.get("evals") or []],
+                   train_seconds=record.get("train_seconds") or 0.0, wall_time=record.get("wall_time") or 0.0)
 
 
 def summarize(records: list[dict], by: tuple[str, ...]) -> list[dict]:

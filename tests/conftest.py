@@ -69,3 +69,9 @@ def batch() -> dict:
     attention_mask[1, 5:] = 0
     input_ids[1, 5:] = 0
     return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": torch.tensor([0, 1])}
+
+
+@pytest.fixture(autouse=True)
+def own_run_store(tmp_path_factory, monkeypatch):
+    """Every test stores its training runs in a fresh folder, never in the project's runs/store."""
+    monkeypatch.setenv("ADAPTERLAB_RUNS", str(tmp_path_factory.mktemp("runs")))

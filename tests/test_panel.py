@@ -169,3 +169,30 @@ def test_lab_7s_first_run_has_the_settings_its_panel_sweeps_will_ask_for(variant
                           max_steps=profile.steps, batch_size=profile.batch_size,
                           eval_every=max(profile.steps // 2, 1), seed=profile.seed)
     assert panel_module._settings_key(panel.settings()) == panel_module._settings_key(lab_run)
+
+
+def test_a_stored_setting_answers_without_training_and_train_again_checks_it(panel, monkeypatch):
+    """The second panel finds the first one's run in the store: no model is loaded, the chart and the row
+    are the stored run's, marked as stored; Train again trains it anew and gets the same numbers."""
+    first = panel.train_once()
+    again = TrainingPanel("sst2", backbone=TINY, data_dir=TOY_DIR, max_train=64, max_eval=32, config=panel.config,
+                          steps=10)
+
+    def must_not_train(*args, **kwargs):
+        raise AssertionError("a stored setting was trained again")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(panel_module, "run_experiment", must_not_train)
+        patch.setattr("adapterlab.backbones.load_backbone", must_not_train)
+        assert again.train_once() is None and again.last_result is None
+    (row,) = again.runs
+    assert row["stored"] and row["value"] == first.best_metric and row["trained"] == houlsby_trained(64)
+    assert "stored result" in again.status.value and not again.retrain_button.disabled
+    assert ">store<" in again.table.value
+    loss = next(trace for trace in again.figure.data if "training loss" in trace.name)
+    assert list(loss.y) == pytest.approx(first.history.loss)
+
+    again.retrain_button.click()
+    assert again.last_result is not None and not again.runs[-1]["stored"]
+    assert again.last_result.best_metric == pytest.approx(first.best_metric)
+    assert again.retrain_button.disabled and ">trained here<" in again.table.value
