@@ -21,9 +21,7 @@ preset name or an AdapterConfig there, with ``None`` keeping the config's own bo
 from __future__ import annotations
 
 import copy
-import json
 import math
-import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -345,16 +343,3 @@ def compare_counts(
         for key, item, formula in _row_labels(config, adapters, num_labels)
     ]
     return CountReport(name, config, adapters, num_labels, rows)
-
-
-def count_command(args) -> int:
-    """`adapterlab count`: print the report (table or JSON). 0 = all match, 1 = mismatch, 2 = bad input."""
-    try:
-        report = compare_counts(
-            args.backbone, args.placement, args.bottleneck, not args.frozen_layernorm, args.num_labels
-        )
-    except ValueError as error:
-        print(f"adapterlab count: error: {error}", file=sys.stderr)
-        return 2
-    print(json.dumps(report.as_dict(), indent=2) if args.json else report)
-    return 0 if report.all_match else 1

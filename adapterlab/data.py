@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .adapter import check_positive_int
+from .validation import check_positive_int
 from .hub import hub_reachable
 
 DATA_ENV = "ADAPTERLAB_DATA"

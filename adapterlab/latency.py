@@ -27,7 +27,7 @@ from typing import Callable, Sequence
 import torch
 from torch import nn
 
-from .adapter import check_positive_int
+from .validation import check_positive_int
 from .lora import LoRALinear, fold_adapters
 from .placement import add_adapters, encoder_layers
 

@@ -33,10 +33,7 @@ from adapterlab.labfiles import LabNotFoundError, all_labs
 from adapterlab.student import (
     GENERIC_HINT,
     RECORD,
-    BrokenNotebookError,
-    RefusedOutput,
     SolutionMarkerError,
-    UnwritableOutput,
     calls_check,
     make_student_copies,
     stub_solutions,
