@@ -127,7 +127,9 @@ class Split:
     split: str  # "train" or "dev"
     texts: list  # list[str], or list[tuple[str, str]] for a sentence-pair task
     labels: list[int]
-    source: str  # "GLUE folder /…/SST-2/train.tsv", "HF hub nyu-mll/glue (sst2, train)", "TOY DATA (data/toy/…)"
+    #: "the GLUE folder (SST-2/train.tsv)" — relative to the data folder, so that no output shows where a
+    #: machine keeps its data —, "HF hub nyu-mll/glue (sst2, train)", or "TOY DATA (data/toy/…)".
+    source: str
     is_toy: bool
     total_rows: int | None = None  # rows in the source before subsetting; None: this is all of them
     subset: str = ""  # how the rows were chosen, e.g. "stratified, seed 0"
@@ -317,7 +319,7 @@ def load_split(
     if source in ("auto", "glue") and glue is not None:
         path = glue / spec.glue_folder / f"{split}.tsv"
         texts, labels = read_glue_tsv(path, spec)
-        loaded = Split(spec, split, texts, labels, f"GLUE folder {path}", is_toy=False)
+        loaded = Split(spec, split, texts, labels, f"the GLUE folder ({spec.glue_folder}/{split}.tsv)", is_toy=False)
     elif source == "glue":
         raise DataError(f"no GLUE folder: pass data_dir= or set {DATA_ENV} to a folder holding {spec.glue_folder}/")
     elif source == "hub" or (source == "auto" and hub_reachable()):
