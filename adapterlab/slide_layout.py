@@ -135,6 +135,7 @@ class LectureLayout(Preprocessor):
         title_cell = next((cell for cell in nb.cells if cell.cell_type == "markdown"), None)
         heading = title_cell.source if title_cell is not None else ""
         title = _take_title(title_cell)
+        title_slide = deck_title(nb, title, notices)  # before deck-skip drops the cells that load backbone and data
         cells = []
         for cell in nb.cells:
             if SKIP_TAG in tags(cell):
@@ -154,7 +155,7 @@ class LectureLayout(Preprocessor):
             set_slide_type(title_cell, "slide")
             cells.insert(0, title_cell)
         nb.cells = _fit_to_slides(cells)
-        resources["deck_title"] = deck_title(nb, title, notices) | {"notes": "\n\n".join(leading_notes)}
+        resources["deck_title"] = title_slide | {"notes": "\n\n".join(leading_notes)}
         return nb, resources
 
 
