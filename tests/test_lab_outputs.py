@@ -1,0 +1,41 @@
+"""The committed labs as a student meets them: found by number, and no machine's absolute path in any output or saved widget state."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import nbformat
+import pytest
+
+from adapterlab.labfiles import all_labs
+
+#: A path that names where some machine keeps its files: /home/…, /Users/…, /tmp/…, C:\… and the like.
+ABSOLUTE_PATH = re.compile(r"(?<![\w.~])(?:/(?:home|Users|root|tmp|work|mnt|opt|var|srv|private)/|[A-Za-z]:\\\\)")
+
+
+@pytest.mark.parametrize("lab", all_labs(), ids=lambda lab: lab.stem)
+def test_no_output_shows_an_absolute_path(lab):
+    nb = nbformat.read(lab, as_version=4)
+    for index, cell in enumerate(nb.cells):
+        for output in cell.get("outputs", []):
+            found = ABSOLUTE_PATH.search(json.dumps(output))
+            assert found is None, f"cell {index} prints a path: …{json.dumps(output)[found.start() - 60:found.end() + 40]}…"
+    widgets = json.dumps(nb.metadata.get("widgets", {}))
+    assert ABSOLUTE_PATH.search(widgets) is None, "the saved widget state holds an absolute path"
+
+
+def test_the_pattern_finds_the_paths_it_is_for():
+    for text in ("from GLUE folder /work/shared/data/glue/SST-2/dev.tsv", "saved to /home/ana/runs", "C:\\\\Users\\\\ana"):
+        assert ABSOLUTE_PATH.search(json.dumps(text)), text
+    for text in ("the GLUE folder (SST-2/dev.tsv)", "data/toy/SST-2/dev.tsv", "10/tmp_ratio", "a/b"):
+        assert ABSOLUTE_PATH.search(json.dumps(text)) is None, text
+
+
+def test_a_lab_is_found_by_its_number_with_or_without_the_zero():
+    from adapterlab.labfiles import LabNotFoundError, find_labs
+
+    labs = all_labs()
+    assert find_labs(["8"]) == find_labs(["08"]) == [next(lab for lab in labs if lab.name.startswith("08_"))]
+    with pytest.raises(LabNotFoundError, match="not found"):
+        find_labs(["42"])
