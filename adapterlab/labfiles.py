@@ -39,7 +39,8 @@ def _find_one(name: str, labs: list[Path]) -> Path:
     if path.suffix == ".ipynb" and path.is_file():
         return path
     stem = path.name.removesuffix(".ipynb")
-    matches = [lab for lab in labs if lab.stem == stem or lab.stem.split("_", 1)[0] == stem]
+    number = stem.zfill(2) if stem.isdigit() else stem  # "8" is lab 08
+    matches = [lab for lab in labs if lab.stem == stem or lab.stem.split("_", 1)[0] == number]
     if len(matches) == 1:
         return matches[0]
     known = ", ".join(lab.stem for lab in labs) or "none"

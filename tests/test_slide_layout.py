@@ -123,6 +123,15 @@ def test_stderr_leaves_the_slides_and_the_notice_is_on_the_title_slide_once(tmp_
     assert "Lab 42" not in "".join(slide["text"] for slide in deck.slides[1:]), "the title is shown once, on the title slide"
 
 
+def test_a_skipped_loading_cell_still_names_backbone_and_data_on_the_title_slide(tmp_path):
+    loading = cell("code", "load()", "slide", [stream("Backbone: tiny (stand-in)\nSST-2 dev: 32 of 872 rows [a 1 / b 2] "
+                                                   "from the GLUE folder (SST-2/dev.tsv)\n")], tags=["deck-skip"])
+    deck = export(tmp_path, [loading, cell("md", "## Next", "slide")])
+    title = deck.slides[0]["text"]
+    assert "backbone tiny (stand-in)" in title and "SST-2 dev" in title
+    assert "load()" not in deck.text
+
+
 def test_title_slide_lists_the_objectives_or_none(tmp_path):
     goals = ["write the adapter from memory", "say which matrix is zero"]
     with_goals = export(tmp_path / "a", [], {"adapterlab": {"objectives": goals}})
