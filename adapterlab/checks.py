@@ -446,16 +446,22 @@ _FOLD_ORDER = (
 )
 
 
-def _fold_case(seed: int = 0):
+def _linear_case(d_in: int, d_out: int, bottleneck: int, seed: int):
+    """A dense layer d_in → d_out, a linear adapter of width d_out with random (non-zero) biases, and inputs;
+    drawn without touching the notebook's random state."""
     generator = torch.Generator().manual_seed(seed)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        dense = nn.Linear(12, 16)
-        adapter = BottleneckAdapter(16, 4, "identity", init="houlsby", init_scale=0.3)
+        dense = nn.Linear(d_in, d_out)
+        adapter = BottleneckAdapter(d_out, bottleneck, "identity", init="houlsby", init_scale=0.3)
         with torch.no_grad():
             adapter.down.bias.normal_(0.0, 1.0, generator=generator)
             adapter.up.bias.normal_(0.0, 1.0, generator=generator)
-    return dense.eval(), adapter.eval(), torch.randn(5, 12, generator=generator)
+    return dense.eval(), adapter.eval(), torch.randn(5, d_in, generator=generator)
+
+
+def _fold_case(seed: int = 0):
+    return _linear_case(12, 16, 4, seed)
 
 
 def check_fold(fold_fn) -> None:
@@ -516,15 +522,8 @@ def check_fold(fold_fn) -> None:
 
 def _parallel_case(seed: int = 0):
     """A d → d projection, a linear adapter beside it with random biases, a scale that is not 1, inputs."""
-    generator = torch.Generator().manual_seed(seed)
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        projection = nn.Linear(12, 12)
-        adapter = BottleneckAdapter(12, 3, "identity", init="houlsby", init_scale=0.3)
-        with torch.no_grad():
-            adapter.down.bias.normal_(0.0, 1.0, generator=generator)
-            adapter.up.bias.normal_(0.0, 1.0, generator=generator)
-    return projection.eval(), adapter.eval(), 2.5, torch.randn(5, 12, generator=generator)
+    projection, adapter, inputs = _linear_case(12, 12, 3, seed)
+    return projection, adapter, 2.5, inputs
 
 
 def check_parallel_fold(fold_fn) -> None:
