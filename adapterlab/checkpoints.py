@@ -122,8 +122,9 @@ def _sync_folder(directory: Path) -> None:
             os.close(handle)
 
 
-def _write_durably(directory: Path, name: str, data: bytes) -> None:
-    """Put ``data`` at ``directory/name`` whole or not at all: write a temporary file, sync, rename."""
+def write_durably(directory: Path, name: str, data: bytes) -> None:
+    """Put ``data`` at ``directory/name`` whole or not at all: write a temporary file, sync, rename.
+    (The run store writes its records with it too.)"""
     temporary = directory / f".{name.lstrip('.')}.{secrets.token_hex(6)}.tmp"
     handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o644)
     try:
@@ -207,8 +208,8 @@ def save_adapter_set(model: nn.Module, directory, backbone=None, extra: dict | N
         raise CheckpointError(f"{directory} exists and is not a folder; choose a folder for the adapter set")
     directory.mkdir(parents=True, exist_ok=True)
     _tidy(directory)
-    _write_durably(directory, _pending_name(manifest["sha256"]), data)
-    _write_durably(directory, CONFIG_FILE, (json.dumps(manifest, indent=2) + "\n").encode("utf-8"))
+    write_durably(directory, _pending_name(manifest["sha256"]), data)
+    write_durably(directory, CONFIG_FILE, (json.dumps(manifest, indent=2) + "\n").encode("utf-8"))
     os.replace(directory / _pending_name(manifest["sha256"]), directory / TENSORS_FILE)
     _sync_folder(directory)
     return directory

@@ -158,7 +158,7 @@ def train_command(args) -> int:
     """
     from .checkpoints import save_adapter_set
     from .data import check_glue_setting, get_task
-    from .runs import commit_run_folder, discard_staging, prepare_run_folder, write_metrics
+    from .run_folder import commit_run_folder, discard_staging, prepare_run_folder, write_metrics
     from .training import TrainConfig, TrainingDiverged, run_experiment
 
     task = get_task(args.task).name
@@ -212,7 +212,7 @@ def evaluate_command(args) -> int:
     from .checkpoints import load_adapter_set
     from .data import check_glue_setting, get_task, load_split, tokenize
     from .evaluation import evaluate, pick_device
-    from .runs import adapter_set_config
+    from .run_folder import adapter_set_config
 
     _check_rows("--max-eval", args.max_eval)
     with usage_errors():

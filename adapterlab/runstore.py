@@ -26,13 +26,13 @@ import json
 import math
 import os
 import platform
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from .backbones import expected_backbone
+from .checkpoints import write_durably
 from .data import Split, get_task, load_split
 
 STORE_ENV = "ADAPTERLAB_RUNS"
@@ -84,42 +84,40 @@ def machine() -> dict:
             "torch_threads": torch.get_num_threads(), "torch": torch.__version__}
 
 
-def make_record(key: dict, result) -> dict:
-    """A stored run: its key and what it measured (a :class:`adapterlab.training.TrainResult`)."""
-    history = result.history
-    info = result.backbone_info
+def _record(key: dict, status: str, history, backbone_info) -> dict:
+    """What every stored run holds, finished or not: its key, how it ended, its curves, where it ran."""
     return {
         "id": run_id(key),
         "key": key,
-        "status": "complete",
+        "status": status,
         "metric": history.metric,
+        "train_seconds": history.train_seconds,
+        "wall_time": history.wall_time,
+        "evals": [dict(entry) for entry in history.evals],
+        "loss": list(history.loss),
+        "backbone_info": backbone_info.describe() if backbone_info is not None else None,
+        "machine": machine(),
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def make_record(key: dict, result) -> dict:
+    """A stored run: its key and what it measured (a :class:`adapterlab.training.TrainResult`)."""
+    return _record(key, "complete", result.history, result.backbone_info) | {
         "best_metric": result.best_metric,
         "best_step": result.best_step,
         "metrics": dict(result.metrics),
         "trained_parameters": result.trainable["total_trainable"],
         "percent_of_backbone": result.trainable["percent_of_backbone"],
-        "train_seconds": result.train_seconds,
-        "wall_time": history.wall_time,
-        "examples_per_second": history.examples_per_second,
-        "evals": [dict(entry) for entry in history.evals],
-        "loss": list(history.loss),
-        "backbone_info": info.describe() if info is not None else None,
-        "machine": machine(),
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "examples_per_second": result.history.examples_per_second,
     }
 
 
 def make_diverged_record(key: dict, error) -> dict:
     """A stored run that diverged (:class:`adapterlab.training.TrainingDiverged`): no metric, the partial
     loss curve and why."""
-    history = error.history
-    return {
-        "id": run_id(key), "key": key, "status": "diverged", "error": str(error), "diverged_at_step": error.step,
-        "metric": history.metric, "best_metric": None, "best_step": None, "metrics": {},
-        "train_seconds": history.train_seconds, "wall_time": history.wall_time,
-        "evals": [dict(entry) for entry in history.evals], "loss": list(history.loss),
-        "backbone_info": error.backbone_info.describe() if error.backbone_info is not None else None,
-        "machine": machine(), "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    return _record(key, "diverged", error.history, error.backbone_info) | {
+        "error": str(error), "diverged_at_step": error.step, "best_metric": None, "best_step": None, "metrics": {},
     }
 
 
@@ -147,20 +145,12 @@ class RunStore:
         return record if record is not None and record.get("key") == key else None
 
     def put(self, record: dict) -> Path:
-        """Store a run atomically (temporary file, then rename); return its path."""
+        """Store a run whole or not at all (temporary file, sync, rename); return its path."""
         if self.read_only:
             raise PermissionError(f"{self.folder} is a read-only run store (reference runs); store runs elsewhere")
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.path(record["key"])
-        descriptor, temporary = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=self.folder)
-        try:
-            with os.fdopen(descriptor, "w", encoding="utf-8") as file:
-                json.dump(_finite(record), file, indent=1, sort_keys=True)
-                file.write("\n")
-            os.replace(temporary, path)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
+        write_durably(self.folder, path.name, (json.dumps(_finite(record), indent=1, sort_keys=True) + "\n").encode())
         return path
 
     def records(self) -> list[dict]:
