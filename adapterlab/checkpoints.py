@@ -70,14 +70,15 @@ class CheckpointError(ValueError):
 
 
 def saved_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
-    """The parameters an adapter set holds: adapters, LayerNorms if trained with them, pooler, classifier.
+    """The parameters an adapter set holds: adapters, classifier, and the LayerNorms and pooler if trained.
 
     Lab 9 compares them before and after training a second task.
     """
     config = adapter_config(model)
     if config is None:
         raise CheckpointError("this model has no adapters; call adapterlab.add_adapters(model, ...) first")
-    groups = {"adapters", "pooler", "classifier"} | ({"layernorm"} if config.train_layernorm else set())
+    groups = ({"adapters", "classifier"} | ({"layernorm"} if config.train_layernorm else set())
+              | ({"pooler"} if config.train_pooler else set()))
     return {name: p for name, p in model.named_parameters() if parameter_group(model, name) in groups}
 
 

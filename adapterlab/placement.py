@@ -18,8 +18,8 @@ An :class:`AdapterConfig` holds everything that describes one adapter set (place
 activation, init, layers, whether LayerNorms train); :data:`POSITIONS` below is the one place that says
 which sublayers a placement adapts, and so how many adapters a layer gets.
 
-Training methods the labs compare: the three placements, ``full`` fine-tuning, ``head`` only (pooler
-and classifier), ``layernorm`` only (+ head) and ``top_k`` layers (+ head).
+Training methods the labs compare: the three placements, ``full`` fine-tuning, ``head`` only (the
+classifier; the pooler too with ``train_pooler``), ``layernorm`` only (+ head) and ``top_k`` layers (+ head).
 """
 
 from __future__ import annotations
@@ -93,8 +93,10 @@ class AdapterConfig:
     ``placement`` (houlsby, pfeiffer or parallel) decides where the adapters go and how many each layer
     gets (:attr:`adapters_per_layer`); ``bottleneck``, ``activation``, ``init``, ``init_scale`` and ``bias``
     how each is built; ``layers`` which layers get them (None: all); ``train_layernorm`` whether the
-    LayerNorms train with them (the paper trains them, AdapterHub freezes them); ``parallel_scale`` the
-    factor s of a parallel adapter (He et al. use 4; only the parallel placement has one).
+    LayerNorms train with them (the paper trains them, AdapterHub freezes them); ``train_pooler`` whether
+    the pooler trains with the classifier (the original adapter-bert code leaves the pretrained pooler
+    frozen, and so do we by default; the paper's text does not say); ``parallel_scale`` the factor s of a
+    parallel adapter (He et al. use 4; only the parallel placement has one).
 
     The three presets (:meth:`preset`) mirror AdapterHub's DoubleSeqBnConfig, SeqBnConfig and ParBnConfig
     in where the adapters go, but keep every other setting the same, so that comparing them changes
@@ -110,6 +112,7 @@ class AdapterConfig:
     init_scale: float = PAPER_INIT_SCALE
     layers: tuple[int, ...] | None = None
     train_layernorm: bool = True
+    train_pooler: bool = False
     parallel_scale: float | None = None
     bias: bool = True
 
@@ -119,6 +122,7 @@ class AdapterConfig:
         check_choice("activation", self.activation, ACTIVATIONS)
         check_choice("init", self.init, INIT_SCHEMES)
         check_bool("train_layernorm", self.train_layernorm)
+        check_bool("train_pooler", self.train_pooler)
         check_bool("bias", self.bias)
         plain = {
             "bottleneck": check_positive_int("bottleneck", self.bottleneck),
@@ -293,7 +297,7 @@ def add_adapters(model: nn.Module, placement: "str | AdapterConfig" = "houlsby",
         _set_sublayer_output(layer, position, adapted)
     object.__setattr__(model, CONFIG_ATTRIBUTE, config.replace(layers=chosen))
     object.__setattr__(model, "_adapterlab_requires_grad", requires_grad)
-    set_trainable(model, "adapters", train_layernorm=config.train_layernorm)
+    set_trainable(model, "adapters", train_layernorm=config.train_layernorm, train_pooler=config.train_pooler)
     return model
 
 
@@ -380,17 +384,20 @@ def parameter_group(model: nn.Module, name: str) -> str:
     return "other"
 
 
-def set_trainable(model: nn.Module, method: str, train_layernorm: bool = True, top_k: int | None = None) -> nn.Module:
-    """Freeze the model, then unfreeze what ``method`` trains. The head (pooler + classifier) is
-    trained by every method.
+def set_trainable(model: nn.Module, method: str, train_layernorm: bool = True, top_k: int | None = None,
+                  train_pooler: bool = False) -> nn.Module:
+    """Freeze the model, then unfreeze what ``method`` trains. Every method trains the new classifier;
+    the pretrained pooler trains only when ``train_pooler`` (or with ``full``): the original adapter-bert
+    code trains its ``adapters``, ``layer_norm`` and ``head`` collections and leaves the pooler frozen.
 
     * ``adapters``: adapters, plus LayerNorms when train_layernorm (the paper trains them,
       AdapterHub freezes them)
-    * ``full``: everything;  ``head``: pooler + classifier;  ``layernorm``: every LayerNorm
+    * ``full``: everything;  ``head``: the classifier;  ``layernorm``: every LayerNorm
     * ``top_k``: the last top_k transformer layers
     """
     allowed = ("adapters",) + FREEZE_METHODS
     check_bool("train_layernorm", train_layernorm)
+    check_bool("train_pooler", train_pooler)
     if method not in allowed:
         raise PlacementError(f"method must be one of {', '.join(allowed)}; got {method!r}")
     n_layers = len(encoder_layers(model))
@@ -404,7 +411,8 @@ def set_trainable(model: nn.Module, method: str, train_layernorm: bool = True, t
         group = parameter_group(model, name)
         trainable = (
             method == "full"
-            or group in ("pooler", "classifier")
+            or group == "classifier"
+            or (group == "pooler" and train_pooler)
             or (method == "adapters" and (group == "adapters" or (train_layernorm and group == "layernorm")))
             or (method == "layernorm" and group == "layernorm")
             or (method == "top_k" and any(f".{prefix}" in f".{name}" for prefix in top_prefixes))
@@ -413,22 +421,24 @@ def set_trainable(model: nn.Module, method: str, train_layernorm: bool = True, t
     return model
 
 
-def apply_method(model: nn.Module, method: str, *, top_k: int = 2, **adapter_settings) -> nn.Module:
+def apply_method(model: nn.Module, method: str, *, top_k: int = 2, train_pooler: bool = False,
+                 **adapter_settings) -> nn.Module:
     """Prepare a fresh model for any method the labs compare (one of METHODS); labs 6-9 train this way.
 
     A placement gets adapters built from its preset with ``adapter_settings`` (the fields of
-    :class:`AdapterConfig`, as in :func:`add_adapters`); the other methods take only ``top_k`` and ignore
-    adapter settings, so that one set of arguments (``TrainConfig.method_kwargs()``) serves every method.
+    :class:`AdapterConfig`, as in :func:`add_adapters`); the other methods take only ``top_k`` and
+    ``train_pooler`` and ignore adapter settings, so that one set of arguments
+    (``TrainConfig.method_kwargs()``) serves every method.
     """
     if method in PLACEMENTS:
-        return add_adapters(model, method, **adapter_settings)
+        return add_adapters(model, method, train_pooler=train_pooler, **adapter_settings)
     fields = [field.name for field in dataclasses.fields(AdapterConfig)]
     unknown = sorted(set(adapter_settings) - set(fields))
     if unknown:
         raise TypeError(f"apply_method got unknown settings {unknown}; adapter settings are {', '.join(fields)}")
     if method not in FREEZE_METHODS:
         raise PlacementError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
-    return set_trainable(model, method, top_k=top_k if method == "top_k" else None)
+    return set_trainable(model, method, top_k=top_k if method == "top_k" else None, train_pooler=train_pooler)
 
 
 @dataclass

@@ -124,8 +124,8 @@ PROFILES: dict[str, Profile] = {
         sweep_bottlenecks=(8, 256),
         ablation_eval=96,
         latency_backbone=BERT_BASE_RANDOM,
-        standin_sizes=(("steps", 300), ("eval_every", 75), ("sweep_steps", 100), ("panel_steps", 100),
-                       ("panel_eval_every", None), ("sweep_bottlenecks", (4, 16, 256)), ("ablation_eval", 300)),
+        standin_sizes=(("steps", 300), ("eval_every", 150), ("sweep_steps", 100), ("panel_steps", 100),
+                       ("panel_eval_every", None), ("sweep_bottlenecks", (2, 8, 32, 256)), ("ablation_eval", 300)),
     ),
     "ci": Profile(
         name="ci",

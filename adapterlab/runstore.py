@@ -34,6 +34,7 @@ import torch
 from .backbones import expected_backbone
 from .checkpoints import write_durably
 from .data import Split, get_task, load_split
+from .placement import METHODS, PLACEMENTS
 
 STORE_ENV = "ADAPTERLAB_RUNS"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -44,6 +45,12 @@ PRECISION = "fp32"
 #: Settings that do not change a run's numbers: how it is shown and where it runs. ``learning_rate`` is
 #: replaced by ``peak_learning_rate`` (None means the method's default rate).
 _NOT_IN_KEY = ("progress", "device", "learning_rate")
+#: Settings that only some methods read: a run's key holds them only for those methods, so that (say)
+#: full fine-tuning with bottleneck 8 and with bottleneck 64 are one run, and a setting added for a new
+#: method leaves every other method's keys as they were.
+_ADAPTER_SETTINGS = ("bottleneck", "activation", "init", "init_scale", "train_layernorm")
+_ONLY_FOR = {"top_k": ("top_k",), "train_pooler": tuple(m for m in METHODS if m != "full"),
+             **{name: PLACEMENTS for name in _ADAPTER_SETTINGS}}
 
 
 def data_fingerprint(*splits: Split) -> str:
@@ -60,6 +67,9 @@ def run_key(task: str, config, backbone: str, train_split: Split, eval_split: Sp
     settings = config.as_dict()
     for name in _NOT_IN_KEY:
         settings.pop(name)
+    for name, methods in _ONLY_FOR.items():
+        if config.method not in methods:
+            settings.pop(name)
     return {
         "task": get_task(task).name,
         "backbone": backbone,
@@ -200,6 +210,37 @@ class Lookup:
     result: object = None
 
 
+def key_for(task: str, config, *, backbone: str = "bert-base-uncased", data_dir=None, max_train: int | None = None,
+            max_eval: int | None = None, fallback: bool = True) -> dict:
+    """The key of the run :func:`run_experiment` would train with these arguments; reads the data, not the backbone."""
+    return run_key(task, config, expected_backbone(backbone, fallback),
+                   load_split(task, "train", data_dir, max_examples=max_train, seed=config.seed),
+                   load_split(task, "dev", data_dir, max_examples=max_eval, seed=config.seed))
+
+
+def find(key: dict, stores: list[RunStore] | None = None) -> Lookup | None:
+    """The run with this key from the first store that holds it (default: :func:`default_stores`), or None."""
+    for store in default_stores() if stores is None else stores:
+        record = store.get(key)
+        if record is not None:
+            return Lookup(record, True, store)
+    return None
+
+
+def stored_runs(task: str, configs, **load_args) -> list[dict | None]:
+    """The stored record of each config's run (None where it is not stored), without training anything.
+
+    ``load_args`` are :func:`key_for`'s (backbone, data_dir, max_train, max_eval, fallback) and
+    ``stores``. Labs 6-10 read their multi-seed figures this way; :func:`summarize` groups the records.
+    """
+    stores = load_args.pop("stores", None)
+    records = []
+    for config in configs:
+        found = find(key_for(task, config, **load_args), stores)
+        records.append(None if found is None else found.record)
+    return records
+
+
 def run_or_load(task: str, config, *, backbone: str = "bert-base-uncased", data_dir=None,
                 max_train: int | None = None, max_eval: int | None = None, fallback: bool = True,
                 stores: list[RunStore] | None = None, retrain: bool = False, callback=None,
@@ -220,14 +261,12 @@ def run_or_load(task: str, config, *, backbone: str = "bert-base-uncased", data_
     writable = next((store for store in stores if not store.read_only), None)
     if writable is None:
         raise ValueError("no writable run store: give one that is not read-only")
-    key = run_key(task, config, expected_backbone(backbone, fallback),
-                  load_split(task, "train", data_dir, max_examples=max_train, seed=config.seed),
-                  load_split(task, "dev", data_dir, max_examples=max_eval, seed=config.seed))
+    key = key_for(task, config, backbone=backbone, data_dir=data_dir, max_train=max_train, max_eval=max_eval,
+                  fallback=fallback)
     if not retrain:
-        for store in stores:
-            record = store.get(key)
-            if record is not None:
-                return Lookup(record, True, store)
+        found = find(key, stores)
+        if found is not None:
+            return found
     try:
         result = trainer(task, config, backbone=backbone, data_dir=data_dir, max_train=max_train,
                          max_eval=max_eval, callback=callback, fallback=fallback)

@@ -141,6 +141,7 @@ class TrainConfig:
     init: str = "houlsby"
     init_scale: float = 1e-2
     train_layernorm: bool = True
+    train_pooler: bool = False
     top_k: int = 2
     learning_rate: float | None = None
     epochs: float = 1.0
@@ -166,6 +167,7 @@ class TrainConfig:
         check_choice("init", self.init, INIT_SCHEMES)
         check_init_scale(self.init_scale)
         check_bool("train_layernorm", self.train_layernorm)
+        check_bool("train_pooler", self.train_pooler)
         check_positive_int("top_k", self.top_k)
         if self.learning_rate is not None:
             check_number("learning_rate", self.learning_rate, 0, low_inclusive=False)
@@ -196,7 +198,8 @@ class TrainConfig:
     def method_kwargs(self) -> dict:
         """The arguments of :func:`apply_method` this config decides."""
         return dict(bottleneck=self.bottleneck, activation=self.activation, init=self.init,
-                    init_scale=self.init_scale, train_layernorm=self.train_layernorm, top_k=self.top_k)
+                    init_scale=self.init_scale, train_layernorm=self.train_layernorm,
+                    train_pooler=self.train_pooler, top_k=self.top_k)
 
     def as_dict(self) -> dict:
         return dict(asdict(self), device=str(self.device), peak_learning_rate=self.peak_learning_rate)
