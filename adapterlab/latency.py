@@ -9,6 +9,14 @@ other programs, caches) by more than the effect we measure. So:
   in that same round on the same input, and the median over rounds is reported;
 * **medians**, never means: one hiccup (a garbage collection, another process) cannot move them.
 
+The table reports, for each variant, the paired overhead and the time it implies (the reference's
+median times the variant's median ratio to it), so its two columns cannot disagree. A variant's own
+median over rounds is a different measurement: on a machine whose load drifts it can come out below
+the reference's although the variant was slower in most rounds.
+
+:func:`forward_flops` counts the floating-point operations of a forward pass: the structural fact a
+timing estimates (a folded or merged model does exactly the backbone's work), the same on every machine.
+
 :func:`time_interleaved` does the timing of any callables; :func:`inference_variants` builds the
 models compared in the labs (the backbone alone, Houlsby and Pfeiffer adapters, a folded linear
 adapter, a merged LoRA) so that they share the frozen backbone tensors (one copy in memory);
@@ -26,6 +34,7 @@ from typing import Callable, Sequence
 
 import torch
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
 from .validation import check_positive_int
 from .lora import LoRALinear, fold_adapters
@@ -59,13 +68,22 @@ class LatencyResult:
         pairs = zip(self.times[name], self.times[self.reference])
         return 100.0 * statistics.median(t / ref - 1.0 for t, ref in pairs)
 
+    def paired_ms(self, name: str) -> float:
+        """The reference's median milliseconds times the variant's paired ratio (1 + overhead / 100).
+
+        The time the paired overhead implies: unlike the variant's own median, it always agrees with
+        :meth:`overhead_percent` (labs 3 and 9 show it beside the overhead).
+        """
+        return self.median_ms(self.reference) * (1.0 + self.overhead_percent(name) / 100.0)
+
     def rows(self) -> list[dict]:
-        """One plain dict per variant: label, variant, median ms, paired overhead %, rounds."""
+        """One plain dict per variant: label, variant, own median ms, paired ms, paired overhead %, rounds."""
         return [
             {
                 "setting": self.label,
                 "variant": name,
                 "median_ms": round(self.median_ms(name), 3),
+                "paired_ms": round(self.paired_ms(name), 3),
                 "overhead_percent": round(self.overhead_percent(name), 1),
                 "rounds": len(self.times[name]),
             }
@@ -206,11 +224,27 @@ def inference_overhead(
 
 
 def overhead_table(results: Sequence[LatencyResult]) -> str:
-    """A plain-text table of median ms and paired overhead per variant and setting."""
-    lines = [f"{'setting':<10}{'variant':<26}{'median ms':>11}{'overhead':>10}"]
+    """A plain-text table of paired ms and paired overhead per variant and setting (lab 9).
+
+    Both columns come from the same per-round ratios, so a variant shown slower than the reference
+    in one column is slower in the other.
+    """
+    lines = [f"{'setting':<10}{'variant':<26}{'ms (paired)':>12}{'overhead':>10}"]
     for result in results:
         for row in result.rows():
             lines.append(
-                f"{row['setting']:<10}{row['variant']:<26}{row['median_ms']:>11.2f}{row['overhead_percent']:>+9.1f}%"
+                f"{row['setting']:<10}{row['variant']:<26}{row['paired_ms']:>12.2f}{row['overhead_percent']:>+9.1f}%"
             )
     return "\n".join(lines)
+
+
+def forward_flops(model: nn.Module, inputs: dict) -> int:
+    """Floating-point operations of one forward pass of ``model(**inputs)``, counted by torch's
+    FlopCounterMode (matrix products and attention; elementwise work such as GELU is not counted).
+
+    A timing depends on the machine and its load; this count does not. Labs 3 and 9 check with it
+    that a folded or merged model does exactly the backbone's work and that adapters add some.
+    """
+    with FlopCounterMode(display=False) as counter, torch.inference_mode():
+        model(**inputs)
+    return int(counter.get_total_flops())

@@ -1,4 +1,5 @@
-"""Inference timing: the interleaving and pairing logic, with a fake clock (no timing assertions)."""
+"""Inference timing: the interleaving and pairing logic, with a fake clock (no timing assertions);
+the table's two columns agree; FLOP counts against closed forms."""
 
 from __future__ import annotations
 
@@ -7,7 +8,14 @@ import statistics
 import pytest
 import torch
 
-from adapterlab.latency import LatencyResult, inference_overhead, inference_variants, overhead_table, time_interleaved
+from adapterlab.latency import (
+    LatencyResult,
+    forward_flops,
+    inference_overhead,
+    inference_variants,
+    overhead_table,
+    time_interleaved,
+)
 from adapterlab.placement import adapted_outputs, adapter_config
 
 
@@ -155,3 +163,42 @@ def test_inference_overhead_feeds_round_k_input_k_to_every_variant():
 def test_inference_overhead_rejects_an_empty_setting():
     with pytest.raises(ValueError, match="batch 32"):
         inference_overhead({"backbone": torch.nn.Identity()}, {"batch 32": []})
+
+
+def test_the_table_columns_agree_where_unpaired_medians_contradict_the_paired_overhead():
+    """Load drifts between rounds: the variant is 10 % slower in three rounds of five, yet its own
+    median (2.0) is below the reference's (3.0). The table shows the time the paired overhead implies."""
+    result = LatencyResult({"backbone": [1.0, 3.0, 3.0, 3.0, 5.0], "x": [1.1, 3.3, 2.0, 2.0, 5.5]}, "backbone")
+    assert result.median_ms("x") < result.median_ms("backbone")  # the contradiction an unpaired column shows
+    assert result.overhead_percent("x") == pytest.approx(10.0)
+    assert result.paired_ms("x") == pytest.approx(3300.0) and result.paired_ms("backbone") == pytest.approx(3000.0)
+    line = overhead_table([result]).splitlines()[2].split()
+    assert line[-2:] == ["3300.00", "+10.0%"]
+
+
+def test_every_row_of_the_table_agrees_with_itself_on_random_times():
+    generator = torch.Generator().manual_seed(0)
+    times = {name: (0.5 + torch.rand(9, generator=generator)).tolist() for name in ("backbone", "a", "b")}
+    result = LatencyResult(times, "backbone", label="batch 1")
+    rows = result.rows()
+    reference = next(row["paired_ms"] for row in rows if row["variant"] == "backbone")
+    assert reference == pytest.approx(result.median_ms("backbone"), abs=1e-3)
+    for row in rows:
+        assert 100 * (row["paired_ms"] / reference - 1) == pytest.approx(row["overhead_percent"], abs=0.05)
+        implied = statistics.median(t / r for t, r in zip(times[row["variant"]], times["backbone"]))
+        assert row["paired_ms"] == pytest.approx(1e3 * statistics.median(times["backbone"]) * implied, abs=1e-3)
+
+
+def test_forward_flops_match_the_closed_forms(make_classifier, batch):
+    linear = torch.nn.Linear(12, 5)
+    assert forward_flops(linear, {"input": torch.randn(3, 12)}) == 2 * 3 * 12 * 5
+    model = make_classifier()
+    variants = inference_variants(model, bottleneck=4)
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    flops = {name: forward_flops(variant, inputs) for name, variant in variants.items()}
+    config = model.config
+    tokens, d, r = inputs["input_ids"].numel(), config.hidden_size, 4
+    per_adapter = 2 * (2 * tokens * d * r)  # down and up projection, 2 FLOPs per multiply-add
+    assert flops["houlsby"] - flops["backbone"] == 2 * config.num_hidden_layers * per_adapter
+    assert flops["pfeiffer"] - flops["backbone"] == config.num_hidden_layers * per_adapter
+    assert flops["linear adapter, folded"] == flops["LoRA, merged"] == flops["backbone"]
