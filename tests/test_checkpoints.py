@@ -77,6 +77,7 @@ def saved(make_classifier, tmp_path):
         {},
         {"placement": "pfeiffer", "layers": [0, 2], "train_layernorm": False},
         {"placement": "parallel", "activation": "relu", "parallel_scale": 2.0},
+        {"placement": "pfeiffer", "train_pooler": True},
     ],
 )
 def test_round_trip_into_a_fresh_backbone_gives_identical_outputs(make_classifier, batch, tmp_path, adapter_args):
@@ -99,9 +100,10 @@ def test_the_file_holds_exactly_what_the_adapter_method_trains(saved):
     tensors = safetensors.torch.load_file(str(directory / TENSORS_FILE))
     assert set(tensors) == {name for name, p in model.named_parameters() if p.requires_grad}
     assert any("LayerNorm" in name for name in tensors)
-    # tiny BERT: d = 32, 3 layers, r = 4, Houlsby (2 adapters per layer), 2 labels
+    assert not any("pooler" in name for name in tensors)  # the pooler stays frozen by default
+    # tiny BERT: d = 32, 3 layers, r = 4, Houlsby (2 adapters per layer), 2 labels; no pooler
     d, r, layers = 32, 4, 3
-    closed_form = 2 * layers * (2 * r * d + r + d) + trained_layernorms(model) + (d * d + d) + (d * 2 + 2)
+    closed_form = 2 * layers * (2 * r * d + r + d) + trained_layernorms(model) + (d * 2 + 2)
     assert sum(t.numel() for t in tensors.values()) == closed_form
     manifest = json.loads((directory / CONFIG_FILE).read_text())
     assert manifest["num_parameters"] == closed_form
@@ -114,6 +116,19 @@ def test_frozen_layernorms_are_left_out(make_classifier, tmp_path):
     save_adapter_set(trained(make_classifier(), train_layernorm=False), tmp_path)
     names = safetensors.torch.load_file(str(tmp_path / TENSORS_FILE))
     assert names and not any("LayerNorm" in name for name in names)
+
+
+def test_a_trained_pooler_is_saved_and_a_frozen_one_is_not(make_classifier, tmp_path):
+    frozen, trained_pooler = trained(make_classifier()), trained(make_classifier(), train_pooler=True)
+    save_adapter_set(frozen, tmp_path / "frozen")
+    save_adapter_set(trained_pooler, tmp_path / "trained")
+    read = lambda name: safetensors.torch.load_file(str(tmp_path / name / TENSORS_FILE))  # noqa: E731
+    pooler = {name for name, _ in trained_pooler.named_parameters() if ".pooler." in f".{name}"}
+    assert len(pooler) == 2
+    assert set(read("trained")) - set(read("frozen")) == pooler and not pooler & set(read("frozen"))
+    pooler_size = sum(p.numel() for p in trained_pooler.bert.pooler.parameters())
+    numbers = lambda name: json.loads((tmp_path / name / CONFIG_FILE).read_text())["num_parameters"]  # noqa: E731
+    assert numbers("trained") - numbers("frozen") == pooler_size == 32 * 32 + 32
 
 
 def test_load_returns_the_saved_config_and_extra(saved, make_classifier):
@@ -143,8 +158,8 @@ def test_bert_base_houlsby_r64_adapter_set_is_a_few_megabytes(tmp_path):
     model = transformers.BertForSequenceClassification(transformers.BertConfig())
     add_adapters(model, "houlsby", bottleneck=64)
     save_adapter_set(model, tmp_path)
-    # adapters 2,379,264 (paper), the trained LayerNorms, pooler 768² + 768, 2-way classifier
-    numbers = 2_379_264 + trained_layernorms(model) + (768 * 768 + 768) + (768 * 2 + 2)
+    # adapters 2,379,264 (paper), the trained LayerNorms, 2-way classifier (the pooler stays frozen)
+    numbers = 2_379_264 + trained_layernorms(model) + (768 * 2 + 2)
     size = (tmp_path / TENSORS_FILE).stat().st_size
     whole_model = 4 * sum(p.numel() for p in model.parameters())
     assert 4 * numbers < size < 4 * numbers + 64 * 1024

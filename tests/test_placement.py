@@ -506,32 +506,55 @@ def test_a_string_false_cannot_switch_adapters_on(make_classifier):
 # ---------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("train_pooler", [False, True])
 @pytest.mark.parametrize("train_layernorm", [True, False])
 @pytest.mark.parametrize("placement", ["houlsby", "pfeiffer", "parallel"])
-def test_freezing_after_add_adapters(make_classifier, placement, train_layernorm):
+def test_freezing_after_add_adapters(make_classifier, placement, train_layernorm, train_pooler):
+    """Adapters and the classifier train, the LayerNorms when asked; the pretrained pooler stays frozen
+    unless train_pooler (adapter-bert's optimization.py trains adapters, layer_norm and head only)."""
     model = make_classifier()
-    add_adapters(model, placement, bottleneck=R, train_layernorm=train_layernorm)
-    expected = adapter_parameter_names(model) | parameter_names_of(model, model.bert.pooler, model.classifier)
+    add_adapters(model, placement, bottleneck=R, train_layernorm=train_layernorm, train_pooler=train_pooler)
+    pooler = parameter_names_of(model, model.bert.pooler)
+    expected = adapter_parameter_names(model) | parameter_names_of(model, model.classifier)
     if train_layernorm:
         expected |= layernorm_names(model)
-    assert len(layernorm_names(model)) == 2 * (2 * L + 1)
+    if train_pooler:
+        expected |= pooler
+    assert len(layernorm_names(model)) == 2 * (2 * L + 1) and len(pooler) == 2
     assert trainable_names(model) == expected
+    assert adapter_config(model).train_pooler is train_pooler
+
+
+def test_the_pooler_is_frozen_by_default(make_classifier):
+    model = add_adapters(make_classifier(), "houlsby", bottleneck=R)
+    assert not any(p.requires_grad for p in model.bert.pooler.parameters())
+    assert all(p.requires_grad for p in model.classifier.parameters())
+    with pytest.raises(ValueError, match="train_pooler must be True or False"):
+        add_adapters(make_classifier(), "houlsby", bottleneck=R, train_pooler="yes")
 
 
 def test_freezing_on_a_bare_encoder(make_bert):
     model = make_bert()
     add_adapters(model, "pfeiffer", bottleneck=R, train_layernorm=False)
+    assert trainable_names(model) == adapter_parameter_names(model)
+    model = make_bert()
+    add_adapters(model, "pfeiffer", bottleneck=R, train_layernorm=False, train_pooler=True)
     assert trainable_names(model) == adapter_parameter_names(model) | parameter_names_of(model, model.pooler)
 
 
 def test_set_trainable_methods(make_classifier):
     model = make_classifier()
     everything = {name for name, _ in model.named_parameters()}
-    head = parameter_names_of(model, model.bert.pooler, model.classifier)
+    head = parameter_names_of(model, model.classifier)
+    pooler = parameter_names_of(model, model.bert.pooler)
     layers = model.bert.encoder.layer
 
     assert trainable_names(set_trainable(model, "full")) == everything
+    assert trainable_names(set_trainable(model, "full", train_pooler=False)) == everything
     assert trainable_names(set_trainable(model, "head")) == head
+    assert trainable_names(set_trainable(model, "head", train_pooler=True)) == head | pooler
+    assert trainable_names(apply_method(model, "head", train_pooler=True)) == head | pooler
+    assert trainable_names(apply_method(model, "layernorm", train_pooler=True)) == head | pooler | layernorm_names(model)
     assert trainable_names(set_trainable(model, "layernorm")) == head | layernorm_names(model)
     assert trainable_names(set_trainable(model, "top_k", top_k=1)) == head | parameter_names_of(model, layers[2])
     assert trainable_names(set_trainable(model, "top_k", top_k=2)) == head | parameter_names_of(model, layers[1], layers[2])
@@ -553,8 +576,10 @@ def test_apply_method_adds_adapters(make_classifier):
 
 def test_apply_method_takes_the_adapter_settings_for_every_method_and_refuses_unknown_ones(make_classifier):
     model = apply_method(make_classifier(), "head", bottleneck=R, activation="relu", train_layernorm=False, top_k=1)
-    assert adapter_config(model) is None and trainable_names(model) == parameter_names_of(
-        model, model.bert.pooler, model.classifier)
+    assert adapter_config(model) is None and trainable_names(model) == parameter_names_of(model, model.classifier)
+    model = apply_method(make_classifier(), "pfeiffer", bottleneck=R, train_layernorm=False, train_pooler=True)
+    assert adapter_config(model).train_pooler and trainable_names(model) == (
+        adapter_parameter_names(model) | parameter_names_of(model, model.bert.pooler, model.classifier))
     with pytest.raises(TypeError, match=r"unknown settings \['bottlenek'\]"):
         apply_method(make_classifier(), "full", bottlenek=R)
 
@@ -571,14 +596,18 @@ def test_trainable_summary_counts(make_classifier, bert_config):
     embeddings = (config.vocab_size + config.max_position_embeddings + config.type_vocab_size) * D
     per_layer = 4 * (D * D + D) + (D * FFN + FFN) + (FFN * D + D)
     other = embeddings + L * per_layer
-    assert summary.trainable == {"adapters": adapters, "layernorm": layernorm, "pooler": pooler, "classifier": classifier, "other": 0}
-    assert summary.frozen == {"adapters": 0, "layernorm": 0, "pooler": 0, "classifier": 0, "other": other}
+    assert summary.trainable == {"adapters": adapters, "layernorm": layernorm, "pooler": 0, "classifier": classifier, "other": 0}
+    assert summary.frozen == {"adapters": 0, "layernorm": 0, "pooler": pooler, "classifier": 0, "other": other}
     assert summary.total == sum(p.numel() for p in model.parameters())
     assert summary.total_trainable == sum(p.numel() for p in model.parameters() if p.requires_grad)
     assert summary.backbone == layernorm + pooler + other
-    assert summary.percent_of_backbone == pytest.approx(100 * (adapters + layernorm + pooler + classifier) / (layernorm + pooler + other))
+    assert summary.percent_of_backbone == pytest.approx(100 * (adapters + layernorm + classifier) / (layernorm + pooler + other))
     assert summary.as_dict()["total"] == summary.total
     assert all(group in str(summary) for group in GROUPS)
+
+    with_pooler = trainable_summary(add_adapters(make_classifier(), "houlsby", bottleneck=R, train_pooler=True))
+    assert with_pooler.trainable["pooler"] == pooler and with_pooler.frozen["pooler"] == 0
+    assert with_pooler.total_trainable - summary.total_trainable == D * D + D
 
     set_trainable(model, "full")
     full = trainable_summary(model)
