@@ -7,15 +7,22 @@ Closed forms (d = hidden size, r = bottleneck, L = layers, k = adapters per laye
   :attr:`adapterlab.placement.AdapterConfig.adapters_per_layer` says (L counts the adapted layers)
 * LayerNorms: ``2d`` each (gain and bias); BERT has ``2L + 1`` of them (two per layer and one
   after the embeddings)
-* head: pooler ``d² + d``, classifier ``d·n + n`` for n labels
+* pooler ``d² + d`` (pretrained, part of the backbone), classifier ``d·n + n`` for n labels
 * LoRA on one d_in → d_out matrix: ``r·(d_in + d_out)``
+  (``4rdL`` on every layer's query and value, ``r(10d + 2i)L`` on all six dense layers, FFN width i)
+* BitFit's biases: ``L·(7d + i) + d`` (pooler and classifier aside)
 
 The real model is built on PyTorch's meta device: every parameter has a shape but no storage, so
 even BERT-large is counted without allocating its 1.3 GB of weights.
 
+What trains follows the package's policy (:func:`adapterlab.placement.set_trainable`), which is the
+original adapter-bert code's: the adapters, the LayerNorms when ``train_layernorm`` and the new classifier;
+the pretrained pooler stays frozen unless ``train_pooler``. The pooler has its own row either way.
+
 Every count of an adapter set reads its settings from one :class:`adapterlab.placement.AdapterConfig`;
 the functions that take ``placement, bottleneck, train_layernorm`` (as labs 4 and 5 call them) accept a
-preset name or an AdapterConfig there, with ``None`` keeping the config's own bottleneck and LayerNorm choice.
+preset name or an AdapterConfig there, with ``None`` keeping the config's own bottleneck, LayerNorm and
+pooler choice.
 """
 
 from __future__ import annotations
@@ -72,6 +79,7 @@ def lora_params(r: int, d_in: int, d_out: int) -> int:
 
 
 def pooler_params(d: int) -> int:
+    """BERT's pretrained pooler, a d → d dense layer (frozen unless train_pooler)."""
     return d * d + d
 
 
@@ -89,10 +97,10 @@ def bert_backbone_params(config: BertConfig) -> int:
     return embeddings + layernorm_params(d, 1) + config.num_hidden_layers * per_layer + pooler_params(d)
 
 
-def _adapter_set(placement, bottleneck, train_layernorm, num_labels: int) -> AdapterConfig:
+def _adapter_set(placement, bottleneck, train_layernorm, num_labels: int, train_pooler=None) -> AdapterConfig:
     """The AdapterConfig a counting call describes (a preset name or a config; None keeps its value)."""
     check_positive_int("num_labels", num_labels)
-    given = {"bottleneck": bottleneck, "train_layernorm": train_layernorm}
+    given = {"bottleneck": bottleneck, "train_layernorm": train_layernorm, "train_pooler": train_pooler}
     return make_adapter_config(placement, **{key: value for key, value in given.items() if value is not None})
 
 
@@ -117,6 +125,7 @@ def bert_counts(
     bottleneck: int | None = None,
     train_layernorm: bool | None = None,
     num_labels: int = 2,
+    train_pooler: bool | None = None,
 ) -> dict:
     """Closed-form counts for a BERT classifier with an adapter set (labs 4 and 5 tabulate them).
 
@@ -124,11 +133,12 @@ def bert_counts(
     adapters per layer enter the closed form.
 
     Keys: per_adapter, n_adapters, adapters, n_layernorms, layernorm (all LayerNorm parameters,
-    trained or not), pooler, classifier, total_trainable (adapters + head, + LayerNorms when
-    train_layernorm), backbone (BertModel), and the derived adapters_percent_of_backbone, percent_of_backbone,
-    checkpoint_fp32_mb, checkpoint_fp16_mb, adam_state_bytes, adam_state_bytes_full.
+    trained or not), pooler (trained or not), classifier, total_trainable (adapters + classifier,
+    + LayerNorms when train_layernorm, + pooler when train_pooler), backbone (BertModel, pooler included),
+    and the derived adapters_percent_of_backbone, percent_of_backbone, checkpoint_fp32_mb,
+    checkpoint_fp16_mb, adam_state_bytes, adam_state_bytes_full.
     """
-    adapters = _adapter_set(placement, bottleneck, train_layernorm, num_labels)
+    adapters = _adapter_set(placement, bottleneck, train_layernorm, num_labels, train_pooler)
     k, r, bias = adapters.adapters_per_layer, adapters.bottleneck, adapters.bias
     d, L = config.hidden_size, config.num_hidden_layers
     adapted = len(adapters.layer_indices(L))
@@ -144,10 +154,64 @@ def bert_counts(
         "backbone": bert_backbone_params(config),
     }
     counts["total_trainable"] = (
-        counts["adapters"] + counts["pooler"] + counts["classifier"]
+        counts["adapters"] + counts["classifier"]
         + (counts["layernorm"] if adapters.train_layernorm else 0)
+        + (counts["pooler"] if adapters.train_pooler else 0)
     )
     return _with_derived(counts)
+
+
+def lora_target_shapes(d: int, i: int) -> dict[str, tuple[int, int]]:
+    """(d_in, d_out) of every dense layer of a BERT layer that LoRA can adapt (FFN width i)."""
+    return {"query": (d, d), "key": (d, d), "value": (d, d), "attention_output": (d, d),
+            "intermediate": (d, i), "output": (i, d)}
+
+
+def bert_lora_params(config: BertConfig, rank: int, targets: str = "query_value") -> int:
+    """LoRA on the named target set (see adapterlab.lora_model.LORA_TARGET_SETS) in each of L layers:
+    ``L · Σ r(d_in + d_out)``, i.e. ``4rdL`` on query and value, ``r(10d + 2i)L`` on every dense layer."""
+    from .lora_model import LORA_TARGET_SETS
+
+    check_positive_int("rank", rank)
+    if targets not in LORA_TARGET_SETS:
+        raise ValueError(f"targets must be one of {', '.join(LORA_TARGET_SETS)}; got {targets!r}")
+    shapes = lora_target_shapes(config.hidden_size, config.intermediate_size)
+    per_layer = sum(lora_params(rank, *shapes[name]) for name in LORA_TARGET_SETS[targets])
+    return config.num_hidden_layers * per_layer
+
+
+def bert_bias_params(config: BertConfig) -> int:
+    """Every bias BitFit trains in BertModel, the pooler's aside: per layer query, key, value and attention
+    output (4d), FFN in (i) and out (d), two LayerNorms (2d); plus the embeddings' LayerNorm (d):
+    ``L·(7d + i) + d``."""
+    d, i = config.hidden_size, config.intermediate_size
+    return config.num_hidden_layers * (7 * d + i) + d
+
+
+def method_counts(config: BertConfig, method: str, rank: int = 8, targets: str = "query_value",
+                  num_labels: int = 2, train_pooler: bool = False) -> dict:
+    """Closed-form counts for a BERT classifier trained with ``lora`` or ``bitfit`` (the trade-off figure
+    puts them beside the adapters).
+
+    Keys: ``adapters`` (the LoRA matrices; 0 for BitFit), ``biases`` (the backbone biases BitFit trains;
+    0 for LoRA), pooler, classifier, total_trainable (+ the pooler when train_pooler), backbone, and
+    percent_of_backbone. ``adapters``, pooler, classifier, total_trainable and backbone have the meaning
+    of :func:`count_model`'s keys, so the two can be compared.
+    """
+    check_positive_int("num_labels", num_labels)
+    if method not in ("lora", "bitfit"):
+        raise ValueError(f"method must be lora or bitfit (bert_counts counts the adapters); got {method!r}")
+    counts = {
+        "adapters": bert_lora_params(config, rank, targets) if method == "lora" else 0,
+        "biases": bert_bias_params(config) if method == "bitfit" else 0,
+        "pooler": pooler_params(config.hidden_size),
+        "classifier": classifier_params(config.hidden_size, num_labels),
+        "backbone": bert_backbone_params(config),
+    }
+    counts["total_trainable"] = (counts["adapters"] + counts["biases"] + counts["classifier"]
+                                 + (counts["pooler"] if train_pooler else 0))
+    counts["percent_of_backbone"] = 100.0 * counts["total_trainable"] / counts["backbone"]
+    return counts
 
 
 # --------------------------------------------------------------------------------------------------
@@ -201,6 +265,7 @@ def meta_model(
     bottleneck: int | None = None,
     train_layernorm: bool | None = None,
     num_labels: int = 2,
+    train_pooler: bool | None = None,
 ) -> BertForSequenceClassification:
     """A BertForSequenceClassification with an adapter set whose parameters all live on the meta device.
 
@@ -209,7 +274,7 @@ def meta_model(
     """
     from transformers import BertForSequenceClassification
 
-    adapters = _adapter_set(placement, bottleneck, train_layernorm, num_labels)
+    adapters = _adapter_set(placement, bottleneck, train_layernorm, num_labels, train_pooler)
     config = copy.deepcopy(config)
     config.num_labels = num_labels
     with torch.device("meta"):
@@ -233,21 +298,25 @@ class CountRow:
         return self.closed_form == self.counted
 
 
+def _state(trained: bool) -> str:
+    return "trained" if trained else "frozen"
+
+
 def _row_labels(config: BertConfig, adapters: AdapterConfig, num_labels: int) -> list:
     d, k, r = config.hidden_size, adapters.adapters_per_layer, adapters.bottleneck
     L = len(adapters.layer_indices(config.num_hidden_layers))
-    train_layernorm = adapters.train_layernorm
-    state = "trained" if train_layernorm else "frozen"
+    train_layernorm, train_pooler = adapters.train_layernorm, adapters.train_pooler
     one = "2rd + r + d" if adapters.bias else "2rd"
+    trained = " + ".join(["adapters"] + ["LayerNorms"] * train_layernorm + ["pooler"] * train_pooler + ["classifier"])
     return [
         ("per_adapter", "per adapter", f"{one}, d={d}, r={r}"),
         ("n_adapters", "adapter modules", f"L·k = {L}·{k}"),
         ("adapters", "adapters total", f"L·k·({one})"),
         ("n_layernorms", "LayerNorm modules", "2L + 1"),
-        ("layernorm", f"LayerNorms ({state})", "(2L + 1)·2d"),
-        ("pooler", "pooler", "d² + d"),
-        ("classifier", "classifier", f"d·n + n, n={num_labels}"),
-        ("total_trainable", "total trainable", "adapters + head" + (" + LayerNorms" if train_layernorm else "")),
+        ("layernorm", f"LayerNorms ({_state(train_layernorm)})", "(2L + 1)·2d"),
+        ("pooler", f"pooler ({_state(train_pooler)})", "d² + d"),
+        ("classifier", "classifier (trained)", f"d·n + n, n={num_labels}"),
+        ("total_trainable", "total trainable", trained),
         ("backbone", "backbone", "BertModel, no classifier"),
         ("adapters_percent_of_backbone", "adapters, % of backbone", "100·adapters / backbone"),
         ("percent_of_backbone", "trainable, % of backbone", "100·trainable / backbone"),
@@ -290,6 +359,7 @@ class CountReport:
             "adapters_per_layer": self.adapters.adapters_per_layer,
             "bottleneck": self.adapters.bottleneck,
             "train_layernorm": self.adapters.train_layernorm,
+            "train_pooler": self.adapters.train_pooler,
             "adapter": self.adapters.as_dict(),
             "num_labels": self.num_labels,
             "rows": [
@@ -309,12 +379,13 @@ class CountReport:
         header = (
             f"{self.backbone}: L={c.num_hidden_layers}, d={c.hidden_size}, FFN {c.intermediate_size}; "
             f"{a.placement} (k={a.adapters_per_layer} per layer), r={a.bottleneck}, "
-            f"LayerNorms {'trained' if a.train_layernorm else 'frozen'}, {self.num_labels} labels"
+            f"LayerNorms {_state(a.train_layernorm)}, pooler {_state(a.train_pooler)}, {self.num_labels} labels"
         )
-        lines = [header, f"{'item':<29}{'formula':<32}{'closed form':>16}{'counted':>16}  match"]
+        width = max(32, 2 + max(len(r.formula) for r in self.rows))
+        lines = [header, f"{'item':<29}{'formula':<{width}}{'closed form':>16}{'counted':>16}  match"]
         for r in self.rows:
             lines.append(
-                f"{r.item:<29}{r.formula:<32}{fmt(r.closed_form):>16}{fmt(r.counted):>16}  {'yes' if r.match else 'NO'}"
+                f"{r.item:<29}{r.formula:<{width}}{fmt(r.closed_form):>16}{fmt(r.counted):>16}  {'yes' if r.match else 'NO'}"
             )
         verdict = "every row matches" if self.all_match else "MISMATCH between closed form and counted model"
         lines.append(f"{verdict} (counted on the meta device: no weights allocated; MB = 10^6 bytes)")
@@ -327,12 +398,13 @@ def compare_counts(
     bottleneck: int | None = None,
     train_layernorm: bool | None = None,
     num_labels: int = 2,
+    train_pooler: bool | None = None,
 ) -> CountReport:
     """Closed forms beside a count of the real model built on the meta device (lab 4, `adapterlab count`).
 
     ``config`` is a BertConfig or a name from NAMED_CONFIGS; ``placement`` a preset name or an AdapterConfig.
     """
-    adapters = _adapter_set(placement, bottleneck, train_layernorm, num_labels)
+    adapters = _adapter_set(placement, bottleneck, train_layernorm, num_labels, train_pooler)
     name = config if isinstance(config, str) else "custom BertConfig"
     if isinstance(config, str):
         config = backbone_config(config)

@@ -70,10 +70,16 @@ def test_bert_counts_for_bert_base():
     assert counts["layernorm"] == 38_400
     assert counts["pooler"] == 768 * 768 + 768 == 590_592
     assert counts["classifier"] == 768 * 2 + 2 == 1_538
-    assert counts["total_trainable"] == 2_379_264 + 38_400 + 590_592 + 1_538
-    assert counts["backbone"] == 109_482_240  # bert-base-uncased's BertModel
+    # adapter-bert trains adapters, LayerNorms and the classifier; the pretrained pooler stays frozen
+    assert counts["total_trainable"] == 2_379_264 + 38_400 + 1_538
+    assert counts["backbone"] == 109_482_240  # bert-base-uncased's BertModel, pooler included
     frozen = bert_counts(BERT_BASE, "houlsby", 64, train_layernorm=False)
-    assert frozen["total_trainable"] == 2_379_264 + 590_592 + 1_538
+    assert frozen["total_trainable"] == 2_379_264 + 1_538
+    pooler = bert_counts(BERT_BASE, "houlsby", 64, train_pooler=True)
+    assert pooler["total_trainable"] == 2_379_264 + 38_400 + 590_592 + 1_538
+    assert pooler["pooler"] == counts["pooler"] and pooler["backbone"] == counts["backbone"]
+    assert bert_counts(BERT_BASE, AdapterConfig.preset("houlsby", train_pooler=True))["total_trainable"] == (
+        pooler["total_trainable"])
     assert bert_counts(BERT_BASE, "pfeiffer", 48)["adapters"] == 894_528
     assert bert_counts(BERT_BASE, "parallel", 48)["adapters"] == 894_528
     assert bert_counts(BERT_BASE, "houlsby", 64, num_labels=3)["classifier"] == 768 * 3 + 3
@@ -81,7 +87,7 @@ def test_bert_counts_for_bert_base():
 
 def test_derived_figures_follow_from_the_trainable_total():
     counts = bert_counts(BERT_BASE, "pfeiffer", 48, train_layernorm=False)
-    trainable = 894_528 + 590_592 + 1_538
+    trainable = 894_528 + 1_538
     assert counts["checkpoint_fp32_mb"] == pytest.approx(trainable * 4 / 1e6)
     assert counts["checkpoint_fp16_mb"] == pytest.approx(trainable * 2 / 1e6)
     assert counts["adam_state_bytes"] == 8 * trainable
@@ -89,7 +95,8 @@ def test_derived_figures_follow_from_the_trainable_total():
     assert counts["percent_of_backbone"] == pytest.approx(100 * trainable / 109_482_240)
 
 
-@pytest.mark.parametrize("bad", [{"placement": "serial"}, {"bottleneck": 0}, {"bottleneck": 2.5}, {"num_labels": 0}])
+@pytest.mark.parametrize("bad", [{"placement": "serial"}, {"bottleneck": 0}, {"bottleneck": 2.5}, {"num_labels": 0},
+                                 {"train_pooler": "no"}])
 def test_bert_counts_rejects_bad_input(bad):
     kwargs = {"placement": "houlsby", "bottleneck": 8, **bad}
     with pytest.raises(ValueError, match=next(iter(bad))):
@@ -136,7 +143,11 @@ def test_count_model_matches_sums_over_parameters():
     assert counts["per_adapter"] == numel(model, lambda n: ".layer.0.output.adapter." in n)
     assert counts["classifier"] == numel(model, lambda n: n.startswith("classifier."))
     assert counts["total_trainable"] == sum(p.numel() for p in model.parameters() if p.requires_grad)
-    assert counts["total_trainable"] == numel(model, is_adapter) + 768 * 768 + 768 + 768 * 5 + 5
+    assert counts["total_trainable"] == numel(model, is_adapter) + 768 * 5 + 5
+    assert counts["pooler"] == numel(model, lambda n: ".pooler." in n) == 768 * 768 + 768
+    with_pooler = count_model(meta_model(BERT_BASE, "pfeiffer", 16, train_layernorm=False, num_labels=5,
+                                         train_pooler=True))
+    assert with_pooler["total_trainable"] - counts["total_trainable"] == 768 * 768 + 768
 
 
 SMALL = [
@@ -150,21 +161,26 @@ SMALL = [
 ]
 
 
+@pytest.mark.parametrize("train_pooler", [False, True])
 @pytest.mark.parametrize("d, heads, L, ffn, r, placement, train_layernorm, num_labels", SMALL)
-def test_closed_form_equals_a_real_cpu_model(d, heads, L, ffn, r, placement, train_layernorm, num_labels):
+def test_closed_form_equals_a_real_cpu_model(d, heads, L, ffn, r, placement, train_layernorm, num_labels, train_pooler):
     config = BertConfig(
         vocab_size=50, hidden_size=d, num_hidden_layers=L, num_attention_heads=heads, intermediate_size=ffn,
         max_position_embeddings=32, num_labels=num_labels,
     )
-    model = add_adapters(BertForSequenceClassification(config), placement, r, train_layernorm=train_layernorm)
+    model = add_adapters(BertForSequenceClassification(config), placement, r, train_layernorm=train_layernorm,
+                         train_pooler=train_pooler)
     k = {"houlsby": 2, "pfeiffer": 1, "parallel": 1}[placement]
-    closed = bert_counts(config, placement, r, train_layernorm, num_labels)
+    closed = bert_counts(config, placement, r, train_layernorm, num_labels, train_pooler=train_pooler)
     assert closed["adapters"] == numel(model, is_adapter) == L * k * (2 * r * d + r + d)
     assert closed["layernorm"] == layernorm_numel(model) == (2 * L + 1) * 2 * d
+    assert closed["pooler"] == numel(model, lambda n: ".pooler." in n) == d * d + d
     assert closed["total_trainable"] == sum(p.numel() for p in model.parameters() if p.requires_grad)
     assert closed["backbone"] == sum(p.numel() for p in model.bert.parameters()) - numel(model, is_adapter)
-    report = compare_counts(config, placement, r, train_layernorm, num_labels)
+    report = compare_counts(config, placement, r, train_layernorm, num_labels, train_pooler=train_pooler)
     assert report.all_match, str(report)
+    assert report.row("pooler").item == ("pooler (trained)" if train_pooler else "pooler (frozen)")
+    assert report.as_dict()["train_pooler"] is train_pooler
 
 
 @pytest.mark.parametrize(
@@ -173,6 +189,7 @@ def test_closed_form_equals_a_real_cpu_model(d, heads, L, ffn, r, placement, tra
         AdapterConfig.preset("houlsby", bottleneck=8, layers=[0, 2]),
         AdapterConfig.preset("parallel", bottleneck=3, bias=False, train_layernorm=False),
         AdapterConfig.preset("pfeiffer", bottleneck=5, layers=[-1], bias=False),
+        AdapterConfig.preset("houlsby", bottleneck=4, train_layernorm=False, train_pooler=True),
     ],
 )
 def test_closed_form_of_an_adapter_config_equals_a_real_cpu_model(adapters):
@@ -223,7 +240,7 @@ def test_count_command_json_in_a_subprocess():
         ("layernorm", 38_400),
         ("pooler", 590_592),
         ("classifier", 1_538),
-        ("total_trainable", 2_379_264 + 38_400 + 590_592 + 1_538),
+        ("total_trainable", 2_379_264 + 38_400 + 1_538),  # the pooler stays frozen
         ("backbone", 109_482_240),
     ]:
         assert rows[key]["closed_form"] == rows[key]["counted"] == expected, key
@@ -241,7 +258,8 @@ def test_count_command_bad_placement_exits_2_in_a_subprocess():
 def test_count_command_table_and_bad_input(capsys):
     assert cli_main(["count", "--placement", "pfeiffer", "--bottleneck", "48", "--frozen-layernorm"]) == 0
     table = capsys.readouterr().out
-    assert "894,528" in table and "74,544" in table and "frozen" in table
+    assert "894,528" in table and "74,544" in table and "LayerNorms frozen" in table
+    assert "pooler (frozen)" in table and f"{894_528 + 768 * 2 + 2:,}" in table
     assert " NO" not in table
     for argv, word in [
         (["count", "--backbone", "gpt-2"], "bert-large"),
