@@ -611,6 +611,11 @@ def _counted_model(d: int, n_layers: int, r: int, placement: str, train_layernor
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
+#: Why the pooler is not counted; the same words in the lab 4 and lab 5 checks.
+POOLER_STAYS_FROZEN = ("the pooler stays frozen: adapter-bert trains adapters, LayerNorms and the classifier only "
+                       "(the pooler is part of the pretrained backbone)")
+
+
 def _count_mistakes(d, n_layers, r, placement, train_layernorm, num_labels) -> list[tuple[int, str]]:
     """Plausible wrong counts, each with what went wrong."""
     k = AdapterConfig.preset(placement).adapters_per_layer
@@ -618,27 +623,28 @@ def _count_mistakes(d, n_layers, r, placement, train_layernorm, num_labels) -> l
     adapters = n_layers * k * per_adapter
     norms = (2 * n_layers + 1) * 2 * d if train_layernorm else 0
     pooler, classifier = d * d + d, d * num_labels + num_labels
-    rest = norms + pooler + classifier
+    rest = norms + classifier
     mistakes = [
         (n_layers * (3 - k) * per_adapter + rest, f"{placement} puts {k} adapter{'s' if k == 2 else ''} in every "
          "layer; you counted the other number."),
         (n_layers * k * 2 * r * d + rest, "You left out the adapters' biases: each adapter has r + d of them."),
-        (adapters + norms + classifier, "You left out the pooler: adapterlab trains it with the classifier "
-         "(a d × d dense layer with its bias)."),
-        (adapters + norms + pooler, "You left out the classifier, the layer that maps to the labels."),
-        (adapters + norms, "You left out the head: the pooler and the classifier are trained for every task."),
-        (adapters + norms + d * d + classifier, "You forgot the pooler's bias (d)."),
-        (adapters + norms + pooler + d * num_labels, "You forgot the classifier's bias (one per label)."),
+        (adapters + rest + pooler, f"You counted the pooler, but {POOLER_STAYS_FROZEN}."),
+        (adapters + rest + d * d, f"You counted the pooler's weight, but {POOLER_STAYS_FROZEN}."),
+        (adapters + norms + pooler, f"You counted the pooler instead of the classifier: {POOLER_STAYS_FROZEN}, "
+         "and the classifier is new, so every task trains it."),
+        (adapters + norms, "You left out the classifier, the layer that maps to the labels: it is new, so every "
+         "task trains it."),
+        (adapters + norms + d * num_labels, "You forgot the classifier's bias (one per label)."),
     ]
     if train_layernorm:
         mistakes += [
-            (adapters + pooler + classifier, "You left out the LayerNorms: with train_layernorm=True they are trained too."),
-            (adapters + norms - 2 * d + pooler + classifier, "You missed one LayerNorm: BERT has one after the "
+            (adapters + classifier, "You left out the LayerNorms: with train_layernorm=True they are trained too."),
+            (adapters + norms - 2 * d + classifier, "You missed one LayerNorm: BERT has one after the "
              "embeddings as well as two in every layer."),
-            (adapters + norms // 2 + pooler + classifier, "A LayerNorm has a gain and a bias: 2d parameters, not d."),
+            (adapters + norms // 2 + classifier, "A LayerNorm has a gain and a bias: 2d parameters, not d."),
         ]
     else:
-        mistakes.append((adapters + (2 * n_layers + 1) * 2 * d + pooler + classifier,
+        mistakes.append((adapters + (2 * n_layers + 1) * 2 * d + classifier,
                          "You counted the LayerNorms, but with train_layernorm=False they stay frozen."))
     return mistakes
 
@@ -647,8 +653,9 @@ def check_trained_count(count_fn) -> None:
     """Check ``count_fn(d, n_layers, r, placement, train_layernorm, num_labels) -> int`` (lab 4).
 
     The answer is everything a task trains in a BERT classifier with adapters, as adapterlab.placement
-    sets it up: the adapters, the LayerNorms when train_layernorm, the pooler and the classifier.
-    The reference counts requires_grad parameters of a real model built on the meta device.
+    sets it up by default: the adapters, the LayerNorms when train_layernorm, and the classifier; the
+    pretrained pooler stays frozen, as in the original adapter-bert code. The reference counts
+    requires_grad parameters of a real model built on the meta device.
     """
     name = _name(count_fn)
     for d, n_layers, r, placement, train_layernorm, num_labels in TRAINED_COUNT_CASES:
@@ -666,11 +673,11 @@ def check_trained_count(count_fn) -> None:
                 raise CheckFailed(f"{call} returned {got:,}; the model trains {expected:,}. {message}")
         raise CheckFailed(
             f"{call} returned {got!r}; the model trains {expected:,}. Count each trained part on its own "
-            "(adapters, LayerNorms if trained, pooler, classifier) and compare with print(model)."
+            "(adapters, LayerNorms if trained, classifier) and compare with print(model)."
         )
     _passed(
         f"Your count matches a real model on all {len(TRAINED_COUNT_CASES)} cases, e.g. BERT-large, Pfeiffer, r = 64, "
-        f"LayerNorms and head: {_counted_model(*TRAINED_COUNT_CASES[0]):,} trained per task."
+        f"LayerNorms and classifier: {_counted_model(*TRAINED_COUNT_CASES[0]):,} trained per task."
     )
 
 
@@ -738,13 +745,17 @@ def _diagnose_names(missing: set, extra: set, existing: set, placement: str) -> 
         return "You forgot the attention LayerNorms: every layer has one after attention as well as one after the FFN."
     if kinds_missing & {"attention LayerNorm", "FFN LayerNorm", "embeddings LayerNorm"}:
         return "You left out LayerNorms: with train_layernorm=True the paper's recipe trains every one of them."
-    if "pooler" in kinds_missing:
-        return "You left out the pooler: adapterlab trains it with the classifier (the original adapter-bert code freezes it)."
+    if "pooler" in kinds_extra and "classifier" in kinds_missing:
+        return (f"You included the pooler instead of the classifier: {POOLER_STAYS_FROZEN}, and the classifier "
+                "is new, so every task trains it.")
+    if "pooler" in kinds_extra:
+        return f"You included the pooler, but {POOLER_STAYS_FROZEN}."
     if "classifier" in kinds_missing:
         return "You left out the classifier: the task's own layer is always trained."
     if "backbone weight" in kinds_extra:
         example = sorted(name for name in extra if _name_kind(name) == "backbone weight")[0]
-        return f"You included frozen backbone weights such as {example}: only adapters, LayerNorms and the head train."
+        return (f"You included frozen backbone weights such as {example}: only adapters, LayerNorms and the "
+                "classifier train.")
     listed = sorted(missing)[:2] + sorted(extra)[:2]
     return f"Your set differs from the model's: for example {', '.join(listed)}."
 

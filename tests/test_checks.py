@@ -472,12 +472,13 @@ def test_parallel_fold_reports_a_stub_as_missing():
 
 
 def right_count(d, n_layers, r, placement, train_layernorm, num_labels, **mistake):
-    """The closed form, with one part left out or changed on request."""
+    """The closed form (the pretrained pooler stays frozen), with one part changed on request."""
     k = mistake.get("per_layer", 2 if placement == "houlsby" else 1)
     adapter = 2 * r * d + (0 if mistake.get("no_adapter_bias") else r + d)
     norms = (2 * n_layers + mistake.get("extra_norms", 1)) * 2 * d if mistake.get("norms", train_layernorm) else 0
-    pooler = 0 if mistake.get("no_pooler") else d * d + d
-    classifier = d * num_labels + (0 if mistake.get("no_classifier_bias") else num_labels)
+    pooler = d * d + d if mistake.get("pooler") else 0
+    classifier = 0 if mistake.get("no_classifier") else d * num_labels + (
+        0 if mistake.get("no_classifier_bias") else num_labels)
     return n_layers * k * adapter + norms + pooler + classifier
 
 
@@ -488,9 +489,10 @@ def test_trained_count_accepts_the_closed_form(capsys):
 
 
 def test_trained_count_matches_the_package_counts():
-    """The reference agrees with counting.bert_counts, the package's closed form, on BERT-base Houlsby."""
+    """The reference agrees with counting.bert_counts, the package's closed form, on BERT-base Houlsby:
+    adapters 2,379,264 + LayerNorms 25·2·768 + classifier 768·2 + 2, the pooler frozen."""
     expected = bert_counts(backbone_config("bert-base"), "houlsby", 64)["total_trainable"]
-    assert checks._counted_model(768, 12, 64, "houlsby", True, 2) == expected == 3_009_794
+    assert checks._counted_model(768, 12, 64, "houlsby", True, 2) == expected == 2_379_264 + 38_400 + 1_538
 
 
 def test_trained_count_names_the_mistake():
@@ -499,7 +501,11 @@ def test_trained_count_names_the_mistake():
     _fails(check, lambda *a: right_count(*a, extra_norms=0), "after the embeddings")
     _fails(check, lambda *a: right_count(*a, per_layer=2), "pfeiffer puts 1 adapter in every layer")
     _fails(check, lambda *a: right_count(*a, no_adapter_bias=True), "adapters' biases")
-    _fails(check, lambda *a: right_count(*a, no_pooler=True), "left out the pooler")
+    _fails(check, lambda *a: right_count(*a, pooler=True), "counted the pooler, but the pooler stays frozen",
+           "adapters, LayerNorms and the classifier only")
+    _fails(check, lambda *a: right_count(*a) + a[0] ** 2, "counted the pooler's weight", "stays frozen")
+    _fails(check, lambda *a: right_count(*a, pooler=True, no_classifier=True), "pooler instead of the classifier")
+    _fails(check, lambda *a: right_count(*a, no_classifier=True), "left out the classifier")
     _fails(check, lambda *a: right_count(*a, no_classifier_bias=True), "classifier's bias")
     _fails(check, lambda *a: right_count(*a, norms=True), "with train_layernorm=False they stay frozen")
     _fails(check, lambda *a: float(right_count(*a)), "a float")
@@ -515,8 +521,9 @@ def test_trained_count_reports_a_stub_as_missing():
 
 
 def right_names(names, placement, train_layernorm, positions=None, embeddings_norm=True, attention_norm=True,
-                pooler=True):
-    trained = {n for n in names if n.startswith("classifier.") or (pooler and n.startswith("bert.pooler."))}
+                pooler=False, classifier=True):
+    """The trained names (the pretrained pooler stays frozen), with one part changed on request."""
+    trained = {n for n in names if (classifier and n.startswith("classifier.")) or (pooler and n.startswith("bert.pooler."))}
     if train_layernorm:
         trained |= {
             n for n in names
@@ -543,7 +550,10 @@ def test_trained_names_name_the_mistake():
     check = checks.check_trained_names
     _fails(check, lambda n, p, t: right_names(n, p, t, embeddings_norm=False), "forgot the embeddings LayerNorm")
     _fails(check, lambda n, p, t: right_names(n, p, t, attention_norm=False), "forgot the attention LayerNorms")
-    _fails(check, lambda n, p, t: right_names(n, p, t, pooler=False), "left out the pooler")
+    _fails(check, lambda n, p, t: right_names(n, p, t, pooler=True), "included the pooler, but the pooler stays frozen",
+           "adapters, LayerNorms and the classifier only")
+    _fails(check, lambda n, p, t: right_names(n, p, t, pooler=True, classifier=False), "pooler instead of the classifier")
+    _fails(check, lambda n, p, t: right_names(n, p, t, classifier=False), "left out the classifier")
     _fails(check, lambda n, p, t: right_names(n, "houlsby", t), "wrong position", "pfeiffer")
     _fails(check, lambda n, p, t: right_names(n, p, t, positions=("output",)), "wrong position", "houlsby")
     _fails(check, lambda n, p, t: right_names(n, p, True), "train_layernorm=False every LayerNorm stays frozen")
