@@ -21,7 +21,7 @@ import torch
 
 from .ablation import span_ablation
 from .checkpoints import load_adapter_set, save_adapter_set, saved_parameters
-from .checks import CheckFailed, _call, _close, _passed
+from .checks import POOLER_STAYS_FROZEN, CheckFailed, _call, _close, _passed
 from .placement import add_adapters, enabled_layers, parameter_group, set_adapters_enabled, set_trainable
 
 __all__ = ["CheckFailed", "check_training_step", "check_matthews", "check_span_ablation", "check_serving"]
@@ -64,13 +64,13 @@ TRAINING_LR = 1e-2
 _GROUP_ADVICE = {
     "adapters": "the adapters are what this method trains: keep them trainable",
     "layernorm": "the LayerNorms train too, as in the paper (2d parameters each)",
-    "pooler": "the head (pooler and classifier) starts fresh for the task and must train",
-    "classifier": "the head (pooler and classifier) starts fresh for the task and must train",
+    "classifier": "the classifier is new, made for the task, so it must train",
 }
 
 
 def _check_frozen(model, expected: set[str]) -> None:
-    """The requires_grad flags must follow the package's freeze policy (adapters, LayerNorms, head)."""
+    """The requires_grad flags must follow the package's freeze policy (adapters, LayerNorms, classifier;
+    the pretrained pooler stays frozen, as in adapter-bert)."""
     trainable = {name for name, p in model.named_parameters() if p.requires_grad}
     if trainable == expected:
         return
@@ -78,14 +78,16 @@ def _check_frozen(model, expected: set[str]) -> None:
     if len(trainable) == total:
         raise CheckFailed(
             f"All {total} tensors still require grad: the backbone is not frozen, so full fine-tuning is what "
-            f"your step would do. Only the {len(expected)} tensors of the adapters, LayerNorms and head train; "
-            "set requires_grad to False on every other one."
+            f"your step would do. Only the {len(expected)} tensors of the adapters, LayerNorms and classifier "
+            "train; set requires_grad to False on every other one."
         )
     extra = sorted(trainable - expected)
+    if extra and {parameter_group(model, name) for name in extra} == {"pooler"}:
+        raise CheckFailed(f"The pooler still requires grad ({', '.join(extra)}), but {POOLER_STAYS_FROZEN}.")
     if extra:
         raise CheckFailed(
             f"{len(extra)} backbone tensors still require grad, e.g. {extra[0]}: freeze everything but the "
-            "adapters, the LayerNorms and the head (pooler and classifier)."
+            "adapters, the LayerNorms and the classifier (the pretrained pooler stays frozen too)."
         )
     missing = sorted(expected - trainable)
     group = parameter_group(model, missing[0])
@@ -126,11 +128,11 @@ def check_training_step(prepare_fn, step_fn) -> None:
     """Check lab 6's exercise on a tiny random BERT classifier with Houlsby adapters.
 
     ``prepare_fn(model, learning_rate) -> optimizer`` gets a model whose every tensor requires grad; it
-    must freeze all but what the package's freeze policy trains (adapters, LayerNorms, head) and return
-    an optimizer over exactly the trainable tensors. ``step_fn(model, optimizer, batch) -> loss`` makes
-    one training step. Checked over a few steps on one batch: each step sees the fresh gradient of its
-    own loss (no accumulation), calls ``optimizer.step()`` once, leaves every frozen tensor bit-identical,
-    and the loss falls.
+    must freeze all but what the package's freeze policy trains (adapters, LayerNorms, classifier; the
+    pretrained pooler stays frozen, as in adapter-bert) and return an optimizer over exactly the
+    trainable tensors. ``step_fn(model, optimizer, batch) -> loss`` makes one training step. Checked
+    over a few steps on one batch: each step sees the fresh gradient of its own loss (no accumulation),
+    calls ``optimizer.step()`` once, leaves every frozen tensor bit-identical, and the loss falls.
     """
     prepare_name, step_name = getattr(prepare_fn, "__name__", "prepare"), getattr(step_fn, "__name__", "step")
     model = _tiny_classifier(seed=6)

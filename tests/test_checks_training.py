@@ -33,7 +33,8 @@ def _stub(*args):
 # Lab 6: check_training_step
 # --------------------------------------------------------------------------------------------------
 
-HEAD_AND_NORMS = ("adapter", "LayerNorm", "pooler", "classifier")
+#: What trains (adapter-bert's policy): adapters, LayerNorms and the classifier; the pooler stays frozen.
+HEAD_AND_NORMS = ("adapter", "LayerNorm", "classifier")
 
 
 def prepare_by_name(model, learning_rate):
@@ -76,7 +77,13 @@ def prepare_before_freezing(model, learning_rate):
 
 def prepare_adapters_only(model, learning_rate):
     for name, parameter in model.named_parameters():
-        parameter.requires_grad_("adapter" in name or "classifier" in name or "pooler" in name)
+        parameter.requires_grad_("adapter" in name or "classifier" in name)
+    return torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=learning_rate)
+
+
+def prepare_pooler_trained(model, learning_rate):
+    for name, parameter in model.named_parameters():
+        parameter.requires_grad_(any(key in name for key in HEAD_AND_NORMS + ("pooler",)))
     return torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=learning_rate)
 
 
@@ -128,7 +135,9 @@ def test_training_step_accepts_right_answers(capsys):
         (prepare_unfrozen, step, ("not frozen",)),
         (prepare_before_freezing, step, ("frozen tensors", "built over every parameter")),
         (prepare_adapters_only, step, ("LayerNorm",)),
-        (prepare_head_frozen, step, ("head",)),
+        (prepare_head_frozen, step, ("classifier", "must train")),
+        (prepare_pooler_trained, step, ("pooler still requires grad", "the pooler stays frozen",
+                                        "adapters, LayerNorms and the classifier only")),
         (prepare_missing_norms_in_optimizer, step, ("leaves out",)),
         (prepare_by_name, step_without_zero_grad, ("accumulate", "zero_grad")),
         (prepare_by_name, step_without_step, ("never calls optimizer.step()",)),
