@@ -368,6 +368,68 @@ def sweep_figure(rows: list[dict], control: str, title: str, baseline: tuple[str
     return fig
 
 
+_SETTING_AXES = {"placement": "placement", "bottleneck": "bottleneck r (log)", "init_scale": "init scale σ (log)",
+                 "learning_rate": "peak learning rate (log)", "steps": "training steps", "method": "method"}
+
+
+def _numeric(values) -> bool:
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+
+
+def spans_decades(values) -> bool:
+    """Whether numbers are best read on a log axis: all positive and spanning a decade or more."""
+    values = list(values)
+    return len(values) > 1 and _numeric(values) and min(values) > 0 and max(values) / min(values) >= 10
+
+
+def seeds_figure(series, setting: str, title: str, baseline: tuple[str, float] | None = None,
+                 paper=None) -> go.Figure:
+    """Mean ± sample std over the seeds per setting value, each seed a faint point (labs 6 and 7).
+
+    ``series`` is a list of :class:`adapterlab.experiments.SeedRow` or a dict name → such a list (say,
+    the pooler frozen and trained), drawn on one axis. Numeric values spanning a decade or more get a
+    log axis (for the init scale, the paper's and the original code's σ are marked); other labels are
+    categories. A value with no stored run is left out and named in the title. ``baseline`` = (label, value)
+    draws a horizontal line (the majority class); ``paper`` (an :class:`adapterlab.experiments.PaperValue`)
+    puts what the paper reports above the plot.
+    """
+    series = series if isinstance(series, dict) else {"mean ± std over seeds": series}
+    everything = [row for rows in series.values() for row in rows]
+    metric = next((row.metric for row in everything if row.metric), "accuracy")
+    log_x = spans_decades([row.label for row in everything])
+    line = _numeric([row.label for row in everything])
+    empty = list(dict.fromkeys(f"{row.label:g}" if line else str(row.label) for row in everything if row.n == 0))
+    if empty:
+        title += f" (no stored run yet: {', '.join(empty)})"
+    fig = go.Figure()
+    for (name, rows), color in zip(series.items(), LINE_COLORS):
+        shown = [row for row in rows if row.n > 0]
+        fig.add_scatter(
+            x=[row.label for row in shown], y=[row.mean for row in shown], name=name, line_color=color,
+            mode="lines+markers" if line else "markers", marker_size=10,
+            error_y=dict(type="data", array=[0.0 if row.n < 2 else row.std for row in shown], visible=True),
+            customdata=[[row.n, len(row.seeds) + len(row.missing), row.diverged] for row in shown],
+            hovertemplate="%{x}: mean %{y:.3f}<br>%{customdata[0]} of %{customdata[1]} seeds with a metric, "
+                          "%{customdata[2]} diverged<extra></extra>")
+        fig.add_scatter(x=[row.label for row in shown for _ in row.values], y=[v for row in shown for v in row.values],
+                        mode="markers", marker=dict(size=7, color=color, opacity=0.35), name=f"{name}: each seed",
+                        hovertemplate="%{x}: %{y:.3f} (one seed)<extra></extra>")
+    if baseline is not None:
+        fig.add_hline(y=baseline[1], line_dash="dot", line_color="gray", annotation_text=baseline[0],
+                      annotation_position="bottom right")
+    if setting == "init_scale":
+        _mark_init_scales(fig)
+    if paper is not None:
+        fig.add_annotation(x=0, xref="paper", y=1.09, yref="paper", yanchor="bottom", xanchor="left", showarrow=False,
+                           text=f"{paper.source}: {paper.value}", font=dict(size=12, color="gray"))
+    axis = _SETTING_AXES.get(setting, setting).removesuffix(" (log)") + (" (log)" if log_x else "")
+    fig = _layout(fig, title, axis, METRIC_AXES.get(metric, metric), log_x=log_x)
+    if log_x and setting != "init_scale":
+        fig.update_xaxes(tickvals=sorted({row.label for row in everything}), exponentformat="none")
+    fig.update_layout(margin=dict(t=100))
+    return fig
+
+
 def span_ablation_figure(ablation, majority: float | None = None, backbone: str = "") -> go.Figure:
     """Heatmap of the metric with the adapters of layers first..last switched off (paper Fig. 6 left).
 

@@ -1,11 +1,13 @@
 """Figure layout facts a reader depends on: marks at the right σ, legends clear of the axis titles."""
 
 import math
+import statistics
 
 import pytest
 
 from adapterlab import plots
 from adapterlab.adapter import ORIGINAL_CODE_INIT_SCALE, PAPER_INIT_SCALE
+from adapterlab.experiments import PAPER, REFERENCE_CONFIG, SeedRow
 from adapterlab.training import History
 
 SCALES = [10.0 ** -k for k in range(7, -1, -1)]
@@ -19,10 +21,19 @@ def _init_scale_figures():
         "init_scale_figure": plots.init_scale_figure(one_adapter),
         "model_deviation_figure": plots.model_deviation_figure(whole_model, "tiny"),
         "sweep_figure": plots.sweep_figure(rows, "init_scale", "CoLA vs init scale"),
+        "seeds_figure": plots.seeds_figure([seed_row(s, [0.1, 0.2]) for s in SCALES], "init_scale", "CoLA vs σ"),
     }
 
 
-@pytest.mark.parametrize("name", ["init_scale_figure", "model_deviation_figure", "sweep_figure"])
+def seed_row(label, values, missing=(), diverged=0, metric="matthews"):
+    """A row as adapterlab.experiments.seed_rows makes it, from hand-picked values."""
+    return SeedRow(label=label, config=REFERENCE_CONFIG, metric=metric, values=tuple(values),
+                   seeds=tuple(range(len(values) + diverged)), missing=tuple(missing), diverged=diverged,
+                   mean=statistics.mean(values) if values else math.nan,
+                   std=statistics.stdev(values) if len(values) > 1 else math.nan)
+
+
+@pytest.mark.parametrize("name", ["init_scale_figure", "model_deviation_figure", "sweep_figure", "seeds_figure"])
 def test_init_scale_labels_sit_on_their_lines(name):
     """On a log x axis a shape's x is the value and an annotation's x is its log10: each label must be
     at the decade of its dashed line, and both the paper's and the original code's σ are marked."""
@@ -42,3 +53,51 @@ def test_training_history_legend_is_below_the_axis_titles():
     legend = plots.training_figure(history).layout.legend
     assert legend.orientation == "h"
     assert legend.yanchor == "top" and legend.y < -0.2
+
+
+def _traces(fig, suffix=""):
+    return [trace for trace in fig.data if trace.name.endswith(suffix)]
+
+
+def test_seeds_figure_draws_mean_and_sample_std_and_every_seed():
+    values = {1e-6: [0.10, 0.14, 0.09], 1e-2: [0.15, 0.05], 1.0: [0.0, 0.0, 0.0]}
+    rows = [seed_row(label, v) for label, v in values.items()]
+    fig = plots.seeds_figure(rows, "init_scale", "CoLA vs σ", baseline=("majority class", 0.0))
+    (means,), (seeds,) = [t for t in fig.data if "each seed" not in t.name], _traces(fig, "each seed")
+    assert list(means.x) == list(values)
+    assert list(means.y) == pytest.approx([statistics.mean(v) for v in values.values()])
+    assert list(means.error_y.array) == pytest.approx([statistics.stdev(v) for v in values.values()])
+    assert sorted(zip(seeds.x, seeds.y)) == sorted((k, v) for k, vs in values.items() for v in vs)
+    assert seeds.marker.opacity < 1 and fig.layout.xaxis.type == "log"
+    assert [shape.y0 for shape in fig.layout.shapes if shape.y0 == shape.y1] == [0.0]
+
+
+def test_seeds_figure_names_what_is_not_stored_and_draws_no_spread_from_one_seed():
+    rows = [seed_row(8, [0.80, 0.82]), seed_row(32, [0.81]), seed_row(256, [], missing=(0, 1, 2))]
+    fig = plots.seeds_figure(rows, "bottleneck", "SST-2 vs r")
+    (means,) = [t for t in fig.data if "each seed" not in t.name]
+    assert list(means.x) == [8, 32] and list(means.error_y.array)[1] == 0.0
+    assert "no stored run yet: 256" in fig.layout.title.text
+    assert fig.layout.xaxis.type == "log" and list(fig.layout.xaxis.tickvals) == [8, 32, 256]
+
+
+def test_seeds_figure_of_categories_is_a_linear_axis_without_a_line():
+    rows = [seed_row(m, [0.8, 0.9], metric="accuracy") for m in ("head", "houlsby", "full")]
+    fig = plots.seeds_figure({"SST-2": rows}, "method", "methods")
+    (means,) = [t for t in fig.data if "each seed" not in t.name]
+    assert fig.layout.xaxis.type != "log" and means.mode == "markers" and means.name == "SST-2"
+    assert fig.layout.yaxis.title.text == plots.METRIC_AXES["accuracy"]
+
+
+def test_seeds_figure_puts_the_papers_finding_with_its_source_above_the_plot():
+    fig = plots.seeds_figure([seed_row(1e-2, [0.1, 0.2])], "init_scale", "CoLA", paper=PAPER["init_scale"])
+    (note,) = [a for a in fig.layout.annotations if PAPER["init_scale"].source in a.text]
+    assert str(PAPER["init_scale"].value) in note.text and note.yref == "paper" and note.y > 1
+
+
+@pytest.mark.parametrize(("values", "log"), [([1e-6, 1e-4, 1.0], True), ([8, 64, 256], True),
+                                             ([8, 16, 32], False), (["head", "full"], False), ([0.0, 1.0], False)])
+def test_a_log_axis_for_numbers_spanning_a_decade(values, log):
+    assert plots.spans_decades(values) is log
+    fig = plots.seeds_figure([seed_row(v, [0.5, 0.6]) for v in values], "bottleneck", "r")
+    assert (fig.layout.xaxis.type == "log") is log and fig.layout.xaxis.title.text.endswith("(log)") is log
