@@ -67,6 +67,34 @@ def step_zero_gradients(adapter: BottleneckAdapter, h: torch.Tensor, delta: torc
     return grad_down, grad_up
 
 
+#: Adam's ε (torch's default, which training uses): a step is lr·m̂ / (√v̂ + ε), so a gradient far below ε
+#: gives a step far below lr.
+ADAM_EPS = 1e-8
+
+
+def first_adam_step(model: nn.Module, batch: dict, lr: float = 1e-3, eps: float = ADAM_EPS) -> dict:
+    """One AdamW step of every trainable weight on ``batch``: for the adapters' W_down and W_up (all layers
+    together) the median |gradient| and the median |step| / lr. Lab 7: with Adam the first step is about lr
+    whatever the gradient's scale, unless the gradient is below ε (tiny init scales). No weight decay, no
+    clipping, so the step is exactly lr·g / (|g| + ε). The model is changed by the step: pass a fresh one."""
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    adapters = [m for m in model.modules() if isinstance(m, BottleneckAdapter)]
+    if not adapters:
+        raise ValueError("the model has no adapters: add them first (add_adapters or apply_method)")
+    weights = {"down": [a.down.weight for a in adapters], "up": [a.up.weight for a in adapters]}
+    before = {name: [w.detach().clone() for w in ws] for name, ws in weights.items()}
+    model.zero_grad()
+    model.train()
+    model(**batch).loss.backward()
+    grads = {name: torch.cat([w.grad.abs().flatten() for w in ws]) for name, ws in weights.items()}
+    torch.optim.AdamW(trainable, lr=lr, eps=eps, weight_decay=0.0).step()
+    model.zero_grad()
+    steps = {name: torch.cat([(w.detach() - b).abs().flatten() for w, b in zip(ws, before[name])])
+             for name, ws in weights.items()}
+    return {name: {"median_gradient": grads[name].median().item(), "median_step_over_lr": steps[name].median().item() / lr}
+            for name in weights}
+
+
 def _houlsby_adapter(d_model: int, bottleneck: int, init_scale: float, activation: str, seed: int):
     with torch.random.fork_rng():
         torch.manual_seed(seed)
