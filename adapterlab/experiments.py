@@ -56,6 +56,20 @@ class SeedRow:
         """How many runs have a metric (diverged and missing runs do not)."""
         return len(self.values)
 
+    def describe(self, digits: int = 3) -> str:
+        """``mean ± std (n seeds)``, naming diverged and missing runs: one line of a lab's table."""
+        if self.n == 0:
+            text = "no run with a metric"
+        elif self.n == 1:
+            text = f"{self.mean:+.{digits}f} (1 seed: no spread)"
+        else:
+            text = f"{self.mean:+.{digits}f} ± {self.std:.{digits}f} ({self.n} seeds)"
+        if self.diverged:
+            text += f", {self.diverged} diverged"
+        if self.missing:
+            text += f", seed {', '.join(map(str, self.missing))} not stored"
+        return text
+
 
 def training_backbone(profile) -> str:
     """The backbone a profile's runs are made on (bert-base-uncased, or the stand-in where it cannot be had)."""
@@ -112,9 +126,14 @@ class LabRows:
     """What a lab shows for one experiment: the rows, the backbone their runs were made on, and a line
     saying whose runs they are (and, for a student whose own store is empty, how to make their own)."""
 
+    task: str
     rows: list
     backbone: str
     note: str
+
+    def missing(self) -> str:
+        """What is not stored and the command that makes it (:func:`missing_report`)."""
+        return missing_report(self.task, self.rows, self.backbone)
 
 
 def lab_rows(task: str, base: TrainConfig = REFERENCE_CONFIG, setting=None, values=None, *, profile,
@@ -126,13 +145,13 @@ def lab_rows(task: str, base: TrainConfig = REFERENCE_CONFIG, setting=None, valu
     backbone = training_backbone(profile)
     rows = seed_rows(task, base, setting, values, seeds=seeds, backbone=backbone, fallback=False, stores=stores)
     if backbone == REFERENCE_BACKBONE:
-        return LabRows(rows, backbone, f"runs on {backbone} (the offline stand-in for bert-base-uncased), "
+        return LabRows(task, rows, backbone, f"runs on {backbone} (the offline stand-in for bert-base-uncased), "
                                        f"seeds {', '.join(map(str, seeds))}")
     if any(row.seeds for row in rows):
-        return LabRows(rows, backbone, f"your own runs on {backbone}, seeds {', '.join(map(str, seeds))}")
+        return LabRows(task, rows, backbone, f"your own runs on {backbone}, seeds {', '.join(map(str, seeds))}")
     reference = seed_rows(task, base, setting, values, seeds=seeds, backbone=REFERENCE_BACKBONE, stores=stores)
     fill = missing_report(task, rows, backbone).splitlines()[-1]
-    return LabRows(reference, REFERENCE_BACKBONE,
+    return LabRows(task, reference, REFERENCE_BACKBONE,
                    f"no runs of yours on {backbone} are stored yet: shown are the reference runs on the stand-in "
                    f"{REFERENCE_BACKBONE}, not {backbone}; {fill}")
 
@@ -226,6 +245,13 @@ def below_by(a: SeedRow, b: SeedRow, k: float = 1.0) -> bool:
     the seeds do not explain. False when either row has fewer than two runs with a metric (no claim)."""
     spread = _spread(a, b)
     return not math.isnan(spread) and a.mean < b.mean - k * spread
+
+
+def largest_spread(rows: list[SeedRow]) -> float:
+    """The largest sample std among rows with two or more values (NaN when there is none): the scale a
+    difference between two settings must clearly exceed before the seeds cannot explain it."""
+    spreads = [row.std for row in rows if row.n > 1]
+    return max(spreads) if spreads else math.nan
 
 
 def all_within_spread(rows: list[SeedRow], k: float = 1.0) -> bool:

@@ -181,3 +181,50 @@ def test_a_reference_run_is_found_by_the_reference_config(tmp_path, monkeypatch)
     (found,) = seed_rows(record["key"]["task"], REFERENCE_CONFIG, "init_scale", [settings["init_scale"]],
                          seeds=[settings["seed"]], backbone=STANDIN, stores=[RunStore(tmp_path)])
     assert found.n == 1 and found.values == (record["best_metric"],) and found.missing == ()
+
+
+def test_a_row_describes_itself_in_one_line():
+    assert row([0.5, 0.7]).describe() == "+0.600 ± 0.141 (2 seeds)"
+    assert row([0.5]).describe(2) == "+0.50 (1 seed: no spread)"
+    missing = dataclasses.replace(row([]), missing=(0, 1, 2))
+    assert missing.describe() == "no run with a metric, seed 0, 1, 2 not stored"
+    assert dataclasses.replace(row([0.1, 0.3]), diverged=1).describe().endswith("(2 seeds), 1 diverged")
+
+
+def test_the_largest_spread_ignores_rows_without_one():
+    rows = [row([0.1, 0.3]), row([0.5]), row([0.2, 0.2, 0.5])]
+    assert experiments.largest_spread(rows) == pytest.approx(max(statistics.stdev([0.1, 0.3]),
+                                                                 statistics.stdev([0.2, 0.2, 0.5])))
+    assert math.isnan(experiments.largest_spread([row([0.5])]))
+
+
+class Profile:
+    """The two fields of a run profile that decide which backbone's runs a lab reads."""
+
+    backbone, fallback = TINY, False
+
+
+FP32 = dataclasses.replace(BASE, precision="fp32")
+
+
+def store_full_data_run(store, config, backbone, value):
+    key = key_for("sst2", config, backbone=backbone, fallback=False)
+    store.put({"key": key, "status": "complete", "metric": "accuracy", "best_metric": value})
+
+
+def test_lab_rows_read_the_students_own_runs_when_any_is_stored(tmp_path):
+    store = RunStore(tmp_path)
+    store_full_data_run(store, FP32, TINY, 0.7)
+    store_full_data_run(store, FP32, STANDIN, 0.9)
+    found = experiments.lab_rows("sst2", FP32, "bottleneck", [4], profile=Profile(), seeds=[0], stores=[store])
+    assert found.backbone == TINY and found.rows[0].values == (0.7,) and "your own runs on tiny" in found.note
+
+
+def test_lab_rows_show_the_stand_ins_runs_labelled_while_the_students_store_is_empty(tmp_path):
+    store = RunStore(tmp_path)
+    store_full_data_run(store, FP32, STANDIN, 0.9)
+    found = experiments.lab_rows("sst2", FP32, "bottleneck", [4], profile=Profile(), seeds=[0], stores=[store])
+    assert found.backbone == STANDIN and found.rows[0].values == (0.9,)
+    assert f"reference runs on the stand-in {STANDIN}, not {TINY}" in found.note
+    assert "python -m adapterlab sweep --task sst2 " in found.note and f"--backbone {TINY}" in found.note
+    assert found.missing() == "all 1 runs stored (1 settings × their seeds)"
