@@ -114,6 +114,29 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the run store (default: $ADAPTERLAB_RUNS, else runs/store in the project)")
     sweep.add_argument("--no-progress", action="store_true", help="no progress bar")
 
+    ablate = commands.add_parser(
+        "ablate", help="train a run per seed and store its span ablation (lab 8); a rerun skips stored seeds",
+        description="For every seed: train the run (Houlsby adapters unless --method says otherwise), switch its "
+                    "adapters off span by span on --eval-rows dev rows, and store the score matrix in the run store.")
+    ablate.add_argument("--task", default="sst2", choices=tasks)
+    ablate.add_argument("--method", default="houlsby", choices=PLACEMENTS, help="an adapter placement")
+    ablate.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default: 0,1,2)")
+    ablate.add_argument("--bottleneck", type=int, default=64, help="bottleneck size r")
+    ablate.add_argument("--init-scale", type=float, default=1e-2, help="adapter init scale sigma")
+    ablate.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the method's)")
+    ablate.add_argument("--steps", type=int, default=None, help="training steps per run (default: --epochs)")
+    ablate.add_argument("--epochs", type=float, default=1.0)
+    ablate.add_argument("--eval-every", type=int, default=None, metavar="N", help="evaluate every N steps and at the end")
+    ablate.add_argument("--batch-size", type=int, default=32)
+    ablate.add_argument("--eval-rows", type=int, default=300, metavar="N", help="dev rows scored per span (default: 300)")
+    ablate.add_argument("--backbone", default="bert-base-uncased", help="as for train")
+    ablate.add_argument("--data", default=None, metavar="DIR", help="a GLUE folder (as for train)")
+    ablate.add_argument("--max-train", type=int, default=None, metavar="N", help="a seeded, stratified subset of N rows")
+    ablate.add_argument("--max-eval", type=int, default=None, metavar="N", help="evaluate training on N dev rows")
+    ablate.add_argument("--store", default=None, metavar="DIR",
+                        help="the run store (default: $ADAPTERLAB_RUNS, else runs/store in the project)")
+    ablate.add_argument("--no-progress", action="store_true", help="no progress bar")
+
     slides = commands.add_parser("slides", help="export the labs to reveal.js slide decks that open offline")
     slides.add_argument("labs", nargs="*", metavar="LAB", help="lab number, name or notebook path (default: every lab)")
     slides.add_argument("--out", default="build/slides", help="folder for the decks (default: build/slides)")
@@ -302,6 +325,59 @@ def sweep_command(args) -> int:
 
 
 # --------------------------------------------------------------------------------------------------
+# ablate
+# --------------------------------------------------------------------------------------------------
+
+
+def ablate_command(args) -> int:
+    """`adapterlab ablate`: a span ablation per seed (lab 8), each stored as it finishes; prints each seed's
+    full and all-off scores, then their mean and spread."""
+    from .ablation_runs import run_ablations, summarize_ablations
+    from .data import check_glue_setting, get_task
+    from .runstore import PROJECT_ROOT, RunStore, default_stores
+    from .training import TrainConfig
+
+    task = get_task(args.task).name
+    _check_rows("--max-train", args.max_train)
+    _check_rows("--max-eval", args.max_eval)
+    _check_rows("--eval-rows", args.eval_rows)
+    seeds = _parse_seeds(args.seeds)
+    with usage_errors():
+        config = TrainConfig(method=args.method, bottleneck=args.bottleneck, init_scale=args.init_scale,
+                             learning_rate=args.lr, epochs=args.epochs, max_steps=args.steps,
+                             eval_every=args.eval_every, batch_size=args.batch_size, progress=False)
+        check_glue_setting(args.data, task)
+        stores = default_stores() if args.store is None else [RunStore(args.store)]
+    own = stores[0].folder
+    with contextlib.suppress(ValueError):  # the default store prints as runs/store, not as an absolute path
+        own = own.relative_to(PROJECT_ROOT)
+    done = []
+
+    def report(lookup):
+        done.append(lookup)
+        stored = lookup.record["ablation"]
+        print(f"seed {lookup.record['key']['settings']['seed']}  {stored['metric']}: all adapters on "
+              f"{stored['full']:.4f}, all off {stored['scores'][0][-1]:.4f}, majority class {stored['majority']:.4f}  "
+              f"({'stored' if lookup.stored else 'computed'})", flush=True)
+
+    try:
+        run_ablations(task, config, seeds, args.eval_rows, stores=stores, on_run=report, backbone=args.backbone,
+                      data_dir=args.data, max_train=args.max_train, max_eval=args.max_eval,
+                      progress=not args.no_progress)
+    except KeyboardInterrupt:
+        print(f"adapterlab ablate: interrupted after {len(done)} of {len(seeds)} seeds; they are stored in {own}. "
+              "Run the same command again to resume.", file=sys.stderr)
+        return INTERRUPTED
+    if len(done) > 1:
+        summary = summarize_ablations([lookup.record for lookup in done])
+        print(f"mean ± sample sd over {len(done)} seeds: all adapters on {summary.full.mean():.4f} ± "
+              f"{summary.full.std(ddof=1):.4f}, all off {summary.all_removed.mean():.4f} ± "
+              f"{summary.all_removed.std(ddof=1):.4f}")
+    print(f"{len(done)} span ablations ({sum(not l.stored for l in done)} computed now) in the run store {own}")
+    return OK
+
+
+# --------------------------------------------------------------------------------------------------
 # slides, doctor, count, student
 # --------------------------------------------------------------------------------------------------
 
@@ -352,7 +428,7 @@ def student_command(args) -> int:
 
 
 COMMANDS = {"doctor": doctor_command, "count": count_command, "train": train_command,
-            "evaluate": evaluate_command, "sweep": sweep_command, "slides": slides_command,
+            "evaluate": evaluate_command, "sweep": sweep_command, "ablate": ablate_command, "slides": slides_command,
             "student": student_command}
 
 

@@ -129,3 +129,153 @@ def test_with_the_real_evaluation_on_toy_data_all_removed_is_the_bare_backbone()
     assert result.all_removed == pytest.approx(evaluate(bare, data)["loss"], abs=1e-6)
     assert result.full == pytest.approx(evaluate(model, data)["loss"], abs=1e-6)
     assert abs(result.full - result.all_removed) > 1e-3
+
+
+# ------------------------------------------------------------------------------ ablations in the run store
+
+from adapterlab.ablation_runs import (  # noqa: E402
+    AblationSummary, ablate_command_line, ablation_key_for, ablation_of, run_ablations, stored_ablations,
+    summarize_ablations)
+from adapterlab.runstore import RunStore, key_for  # noqa: E402
+
+TOY_RUN = dict(backbone="tiny-random", max_train=32, max_eval=16)
+EVAL_ROWS = 24
+
+
+def toy_config(seed=0):
+    from adapterlab.training import TrainConfig
+
+    return TrainConfig(bottleneck=4, init_scale=0.3, max_steps=2, batch_size=8, seed=seed, progress=False)
+
+
+def mean_logit_gap(model, data, batch_size=32, device=None):
+    """A continuous score of a TokenizedSplit (a tiny random BERT's accuracy hardly moves), as "accuracy"."""
+    from adapterlab.evaluation import eval_batches
+
+    with torch.no_grad():
+        gaps = [model(**{k: v for k, v in b.items() if k != "labels"}).logits for b in eval_batches(data, batch_size)]
+    logits = torch.cat(gaps)
+    return {"accuracy": float((logits[:, 1] - logits[:, 0]).mean()), "loss": 0.0}
+
+
+class CountingTrainer:
+    """run_experiment, remembering each trained model by seed."""
+
+    def __init__(self):
+        self.models = {}
+
+    def __call__(self, task, config, **kwargs):
+        from adapterlab.training import run_experiment
+
+        result = run_experiment(task, config, **kwargs)
+        self.models[config.seed] = result.model
+        return result
+
+
+@pytest.fixture(scope="module")
+def toy_store(tmp_path_factory):
+    """Seed 0's span ablation of a tiny model on the toy data, computed once into a fresh store."""
+    from adapterlab.data import TOY_DIR
+
+    store = RunStore(tmp_path_factory.mktemp("ablations"))
+    trainer = CountingTrainer()
+    with pytest.MonkeyPatch.context() as patch:  # as conftest does for each test: runs in fp32, no probe
+        patch.setenv("ADAPTERLAB_PRECISION", "fp32")
+        patch.setenv("ADAPTERLAB_CACHE", str(tmp_path_factory.mktemp("cache")))
+        lookups = run_ablations("sst2", toy_config(), [0], EVAL_ROWS, stores=[store], trainer=trainer,
+                                evaluate=mean_logit_gap, data_dir=TOY_DIR, **TOY_RUN)
+    return store, trainer, lookups
+
+
+def test_a_stored_ablation_equals_a_direct_span_ablation_of_the_trained_model(toy_store):
+    from adapterlab.backbones import TINY, load_backbone
+    from adapterlab.data import TOY_DIR, load_split, tokenize
+
+    store, trainer, (lookup,) = toy_store
+    assert not lookup.stored
+    run = key_for("sst2", toy_config(), data_dir=TOY_DIR, **TOY_RUN)
+    key = ablation_key_for("sst2", toy_config(), EVAL_ROWS, data_dir=TOY_DIR, **TOY_RUN)
+    assert key != run and key == {**run, "analysis": {"name": "span_ablation", "eval_rows": EVAL_ROWS}}
+    record = store.get(key)  # read back from disk: the JSON round trip, NaN stored as null
+    assert record is not None and store.get(run) is not None  # the training run is stored beside it
+
+    _, tokenizer, _ = load_backbone(TINY, seed=0)
+    rows = load_split("sst2", "dev", TOY_DIR, max_examples=EVAL_ROWS, seed=0)
+    direct = span_ablation(trainer.models[0], tokenize(rows, tokenizer), evaluate=mean_logit_gap, progress=False)
+    stored = ablation_of(record)
+    assert np.array_equal(np.isnan(stored.scores), np.isnan(direct.scores))
+    assert np.allclose(stored.scores, direct.scores, atol=1e-9, equal_nan=True)
+    assert stored.full == pytest.approx(direct.full, abs=1e-9)
+    assert len({round(v, 6) for v in direct.scores[~np.isnan(direct.scores)]}) > 1  # the spans differ
+    assert record["ablation"]["majority"] == pytest.approx(max(rows.labels.count(0), rows.labels.count(1)) / len(rows))
+    assert record["best_metric"] == store.get(run)["best_metric"]
+
+
+def test_a_rerun_skips_the_stored_seeds_and_computes_only_the_new_ones(toy_store, tmp_path):
+    import shutil
+
+    from adapterlab.data import TOY_DIR
+
+    store, _, _ = toy_store
+    copy_of_store = RunStore(shutil.copytree(store.folder, tmp_path / "store"))
+    trainer = CountingTrainer()
+    lookups = run_ablations("sst2", toy_config(), [0, 1], EVAL_ROWS, stores=[copy_of_store], trainer=trainer,
+                            evaluate=mean_logit_gap, data_dir=TOY_DIR, **TOY_RUN)
+    assert [lookup.stored for lookup in lookups] == [True, False]
+    assert list(trainer.models) == [1]
+    records = stored_ablations("sst2", toy_config(), [0, 1, 2], EVAL_ROWS, stores=[copy_of_store],
+                               data_dir=TOY_DIR, **TOY_RUN)
+    assert [r is not None for r in records] == [True, True, False]
+    assert [r["key"]["settings"]["seed"] for r in records[:2]] == [0, 1]
+
+
+def fake_ablation_record(seed, scores, full, majority=0.5, metric="accuracy"):
+    n = len(scores)
+    matrix = [[float(scores[i][j]) if j >= i else float("nan") for j in range(n)] for i in range(n)]
+    return {"key": {"task": "sst2", "settings": {"seed": seed}, "analysis": {"name": "span_ablation"}},
+            "ablation": {"metric": metric, "full": full, "scores": matrix, "majority": majority}}
+
+
+def test_the_summary_of_three_seeds_is_the_cellwise_mean_and_sample_sd(tmp_path):
+    rng = np.random.default_rng(7)
+    store = RunStore(tmp_path)
+    for seed in range(3):
+        store.put(fake_ablation_record(seed, rng.uniform(0.4, 0.9, (4, 4)), float(rng.uniform(0.8, 0.9))))
+    records = sorted(store.records(), key=lambda r: r["key"]["settings"]["seed"])
+    summary = summarize_ablations(records)
+    assert isinstance(summary, AblationSummary) and summary.seeds == [0, 1, 2] and summary.metric == "accuracy"
+    for i in range(4):
+        for j in range(4):
+            values = [r["ablation"]["scores"][i][j] for r in records]
+            if j < i:
+                assert values == [None] * 3 and np.isnan(summary.mean[i, j]) and np.isnan(summary.std[i, j])
+                continue
+            assert summary.mean[i, j] == pytest.approx(np.mean(values), abs=1e-12)
+            assert summary.std[i, j] == pytest.approx(np.std(values, ddof=1), abs=1e-12)
+    assert list(summary.all_removed) == [r["ablation"]["scores"][0][3] for r in records]
+    assert summary.ablation().full == pytest.approx(np.mean([r["ablation"]["full"] for r in records]))
+
+
+def test_missing_or_mixed_ablations_are_refused_with_the_command_that_makes_them():
+    record = fake_ablation_record(0, np.full((2, 2), 0.7), 0.8)
+    with pytest.raises(ValueError, match="adapterlab ablate"):
+        summarize_ablations([record, None, record])
+    with pytest.raises(ValueError, match="two or more"):
+        summarize_ablations([record])
+    with pytest.raises(ValueError, match="different metrics"):
+        summarize_ablations([record, fake_ablation_record(1, np.full((2, 2), 0.1), 0.2, metric="matthews")])
+
+
+def test_the_printed_command_asks_for_exactly_the_ablations_looked_up():
+    from adapterlab.cli import build_parser
+    from adapterlab.training import TrainConfig
+
+    config = TrainConfig(bottleneck=64, init_scale=1e-2, max_steps=300, eval_every=150, batch_size=32)
+    line = ablate_command_line("sst2", config, [0, 1, 2], 300)
+    args = build_parser().parse_args(line.split()[3:])
+    assert args.command == "ablate" and args.seeds == "0,1,2" and args.eval_rows == 300
+    assert args.store == "data/reference_runs"
+    rebuilt = TrainConfig(method=args.method, bottleneck=args.bottleneck, init_scale=args.init_scale,
+                          learning_rate=args.lr, epochs=args.epochs, max_steps=args.steps,
+                          eval_every=args.eval_every, batch_size=args.batch_size)
+    assert rebuilt == config
