@@ -1,5 +1,11 @@
 """Save and load an adapter set: what one task trains on top of a frozen backbone (lab 9).
 
+The same folder holds the trained tensors of LoRA (its A and B matrices, the classifier, the pooler if
+trained) and of BitFit (the backbone's biases, the classifier, the pooler if trained); their manifest says
+``"method": "lora"`` with a ``lora`` entry (:class:`~adapterlab.lora_model.LoRAConfig`) or ``"method":
+"bitfit"`` with a ``bitfit`` entry instead of the ``adapter`` entry. A BitFit set overwrites the biases of
+the backbone it is loaded into: load it into a fresh backbone.
+
 An adapter set is a folder with two files:
 
 * ``adapters.safetensors`` — every tensor the adapter method trains: the adapters, the LayerNorms
@@ -44,16 +50,24 @@ import safetensors.torch
 import torch
 from torch import nn
 
+from .lora_model import LoRAConfig, add_lora, lora_config, remove_lora
 from .placement import (
+    BITFIT_ATTRIBUTE,
+    PLACEMENTS,
     AdapterConfig,
     PlacementError,
     add_adapters,
     adapter_config,
+    bitfit_settings,
     encoder_layers,
     parameter_group,
     remove_adapters,
+    set_trainable,
 )
 
+#: The methods whose trained tensors a set holds: the adapter placements, LoRA and BitFit (the others train
+#: the backbone's own weights wholesale, and a run of them saves its metrics only).
+SAVED_METHODS = PLACEMENTS + ("lora", "bitfit")
 TENSORS_FILE = "adapters.safetensors"
 CONFIG_FILE = "adapter_config.json"
 FORMAT = "adapterlab-adapter-set"
@@ -69,17 +83,43 @@ class CheckpointError(ValueError):
     """An adapter set cannot be saved or loaded; the message names the file and what is wrong."""
 
 
+def _method_entry(model: nn.Module) -> dict:
+    """The manifest entries that say which method the model's set belongs to and how to rebuild it."""
+    config = adapter_config(model)
+    if config is not None:
+        return {"adapter": config.as_dict()}
+    lora = lora_config(model)
+    if lora is not None:
+        return {"method": "lora", "lora": lora.as_dict()}
+    bitfit = bitfit_settings(model)
+    if bitfit is not None:
+        return {"method": "bitfit", "bitfit": dict(bitfit)}
+    raise CheckpointError("this model has no adapters, LoRA layers or BitFit biases to save: add adapters "
+                          "(adapterlab.add_adapters(model, ...)) or prepare it with apply_method(model, 'lora') or "
+                          "apply_method(model, 'bitfit') first")
+
+
 def saved_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
-    """The parameters an adapter set holds: adapters, classifier, and the LayerNorms and pooler if trained.
+    """The parameters an adapter set holds: adapters, classifier, and the LayerNorms and pooler if trained
+    (for LoRA its matrices, for BitFit the backbone's biases, in place of the adapters).
 
     Lab 9 compares them before and after training a second task.
     """
-    config = adapter_config(model)
-    if config is None:
-        raise CheckpointError("this model has no adapters; call adapterlab.add_adapters(model, ...) first")
-    groups = ({"adapters", "classifier"} | ({"layernorm"} if config.train_layernorm else set())
-              | ({"pooler"} if config.train_pooler else set()))
-    return {name: p for name, p in model.named_parameters() if parameter_group(model, name) in groups}
+    entry = _method_entry(model)
+    if "adapter" in entry:
+        config = adapter_config(model)
+        groups = {"adapters", "classifier"} | ({"layernorm"} if config.train_layernorm else set())
+    else:
+        groups = {"adapters", "classifier"} if entry["method"] == "lora" else {"classifier"}
+    settings = entry.get("adapter") or entry.get("lora") or entry["bitfit"]
+    groups |= {"pooler"} if settings["train_pooler"] else set()
+    bitfit = entry.get("method") == "bitfit"
+
+    def saved(name: str) -> bool:
+        group = parameter_group(model, name)
+        return group in groups or (bitfit and name.endswith(".bias") and group in ("layernorm", "other"))
+
+    return {name: p for name, p in model.named_parameters() if saved(name)}
 
 
 def _backbone_shape(model: nn.Module) -> dict:
@@ -193,7 +233,7 @@ def save_adapter_set(model: nn.Module, directory, backbone=None, extra: dict | N
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "adapterlab_version": __version__,
-        "adapter": adapter_config(model).as_dict(),
+        **_method_entry(model),
         "backbone": {"name": str(name), **_backbone_shape(model)},
         "dtype": str(next(iter(tensors.values())).dtype).removeprefix("torch."),
         "tensors": {key: list(t.shape) for key, t in tensors.items()},
@@ -248,7 +288,10 @@ def read_adapter_config(directory) -> dict:
             "bottleneck or layers), so it is refused. Undo the edit, or build the adapters you want and save "
             "them again"
         )
-    required = {"adapter": dict, "backbone": dict, "sha256": str}
+    method = manifest.get("method", "adapters")
+    if method not in ("adapters", "lora", "bitfit"):
+        raise CheckpointError(f"{path} is malformed: its method {method!r} is not lora or bitfit (adapter sets name none)")
+    required = {"adapter" if method == "adapters" else method: dict, "backbone": dict, "sha256": str}
     for key, kind in required.items():
         if not isinstance(manifest.get(key), kind):
             raise CheckpointError(f"{path} is malformed: {key!r} is missing or not a {kind.__name__}")
@@ -298,11 +341,69 @@ def _read_tensors(directory: Path, manifest: dict) -> dict[str, torch.Tensor]:
     return tensors
 
 
-def _saved_adapters(manifest: dict, path: Path) -> AdapterConfig:
+def _saved_setup(manifest: dict, path: Path):
+    """What the manifest rebuilds: an AdapterConfig, a LoRAConfig, or BitFit's ``{"train_pooler": ...}``."""
+    method = manifest.get("method", "adapters")
     try:
-        return AdapterConfig.from_dict(manifest["adapter"], what=f"{path}'s adapter entry")
+        if method == "adapters":
+            return AdapterConfig.from_dict(manifest["adapter"], what=f"{path}'s adapter entry")
+        if method == "lora":
+            return LoRAConfig.from_dict(manifest["lora"])
+        if set(manifest["bitfit"]) != {"train_pooler"} or not isinstance(manifest["bitfit"]["train_pooler"], bool):
+            raise ValueError(f"the bitfit entry must be {{'train_pooler': true or false}}; got {manifest['bitfit']!r}")
+        return dict(manifest["bitfit"])
     except (ValueError, TypeError) as error:
-        raise CheckpointError(f"{path}: its adapter config cannot be applied to this model: {error}") from error
+        what = "adapter" if method == "adapters" else method
+        raise CheckpointError(f"{path}: its {what} config cannot be applied to this model: {error}") from error
+
+
+def _differences(here: dict, there: dict) -> str:
+    return ", ".join(f"{k}: model {here[k]!r}, file {there[k]!r}" for k in here if here[k] != there[k])
+
+
+def _prepare(model: nn.Module, saved, config_path: Path):
+    """Give the model the adapters or LoRA layers the set needs (or BitFit's trainable biases), unless it
+    has them already; return what undoes that (None when nothing was done)."""
+    adapters, lora = adapter_config(model), lora_config(model)
+    if isinstance(saved, AdapterConfig):
+        current, add, remove, kind = adapters, add_adapters, remove_adapters, "adapters"
+        other = "LoRA layers" if lora is not None else None
+    elif isinstance(saved, LoRAConfig):
+        current, remove, kind = lora, remove_lora, "LoRA layers"
+        other = "adapters" if adapters is not None else None
+        add = lambda model, config: add_lora(model, **config.as_dict())  # noqa: E731
+    else:
+        other = "adapters" if adapters is not None else "LoRA layers" if lora is not None else None
+        if other:
+            raise CheckpointError(f"{config_path} holds a BitFit set but the model has {other}; load it into a fresh "
+                                  "backbone")
+        flags = {name: p.requires_grad for name, p in model.named_parameters()}
+        before = bitfit_settings(model)
+        set_trainable(model, "bitfit", train_pooler=saved["train_pooler"])
+
+        def undo():
+            for name, parameter in model.named_parameters():
+                parameter.requires_grad_(flags[name])
+            if before is None:
+                object.__delattr__(model, BITFIT_ATTRIBUTE)
+            else:
+                object.__setattr__(model, BITFIT_ATTRIBUTE, before)
+
+        return undo
+    if other:
+        raise CheckpointError(f"{config_path} holds {kind} but the model has {other}; load it into a fresh backbone")
+    if current is not None:
+        if current != saved:
+            raise CheckpointError(
+                f"{config_path}: the model already has {kind} with another config "
+                f"({_differences(current.as_dict(), saved.as_dict())}); remove them first or load into a fresh backbone"
+            )
+        return None
+    try:
+        add(model, saved)
+    except (PlacementError, ValueError, TypeError) as error:
+        raise CheckpointError(f"{config_path}: its {kind} config cannot be applied to this model: {error}") from error
+    return lambda: remove(model)
 
 
 def _some(names: list[str], shown: int = 5) -> str:
@@ -314,30 +415,17 @@ def load_adapter_set(model: nn.Module, directory, strict: bool = True) -> dict:
     ``missing_keys`` and ``unexpected_keys`` of the load. Lab 9 swaps tasks on one backbone with it.
 
     A model without adapters gets them first, as the saved AdapterConfig describes; a model with
-    adapters must have the same AdapterConfig. ``strict`` (default) requires the file to hold exactly
-    the parameters the adapter method trains. On any error the model is left as it was.
+    adapters must have the same AdapterConfig (LoRA sets likewise; a BitFit set makes the model train
+    BitFit's biases). ``strict`` (default) requires the file to hold exactly the parameters the method
+    trains. On any error the model is left as it was.
     """
     directory = Path(directory)
     manifest = read_adapter_config(directory)
     config_path = directory / CONFIG_FILE
-    saved = _saved_adapters(manifest, config_path)
+    saved = _saved_setup(manifest, config_path)
     _check_backbone(model, manifest, config_path)
     tensors = _read_tensors(directory, manifest)
-    current = adapter_config(model)
-    if current is not None and current != saved:
-        here, there = current.as_dict(), saved.as_dict()
-        detail = ", ".join(f"{k}: model {here[k]!r}, file {there[k]!r}" for k in here if here[k] != there[k])
-        raise CheckpointError(
-            f"{config_path}: the model already has adapters with another config ({detail}); "
-            "call remove_adapters(model) first or load into a fresh backbone"
-        )
-    if current is None:
-        try:
-            add_adapters(model, saved)
-        except (PlacementError, ValueError, TypeError) as error:
-            raise CheckpointError(
-                f"{config_path}: its adapter config cannot be applied to this model: {error}"
-            ) from error
+    undo = _prepare(model, saved, config_path)
     try:
         expected = saved_parameters(model)
         for name, tensor in tensors.items():
@@ -358,7 +446,7 @@ def load_adapter_set(model: nn.Module, directory, strict: bool = True) -> dict:
                 if name in expected:
                     expected[name].copy_(tensor)
     except BaseException:
-        if current is None:
-            remove_adapters(model)
+        if undo is not None:
+            undo()
         raise
     return dict(manifest, missing_keys=missing, unexpected_keys=unexpected)

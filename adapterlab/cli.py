@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from .data import TASKS
+from .lora_model import DEFAULT_LORA_ALPHA, DEFAULT_LORA_RANK, LORA_TARGET_SETS
 from .placement import METHODS, PLACEMENTS
 
 OK, FAILED, USAGE, INTERRUPTED = 0, 1, 2, 130
@@ -41,6 +42,23 @@ def usage_errors():
         yield
     except (ValueError, OSError) as error:
         raise CommandError(str(error), USAGE) from error
+
+
+def _add_method_options(parser: argparse.ArgumentParser) -> None:
+    """The options of --method lora, and the pooler switch every method but full reads (train and sweep)."""
+    parser.add_argument("--rank", type=int, default=DEFAULT_LORA_RANK, help="LoRA rank r (--method lora)")
+    parser.add_argument("--lora-alpha", type=float, default=DEFAULT_LORA_ALPHA,
+                        help="LoRA scaling alpha: the update is alpha/r·BA (--method lora)")
+    parser.add_argument("--lora-targets", default="query_value", choices=list(LORA_TARGET_SETS),
+                        help="the dense layers LoRA adapts: attention query and value, or every dense layer")
+    parser.add_argument("--train-pooler", action="store_true",
+                        help="train the pretrained pooler too (frozen by default, as in the original adapter code)")
+
+
+def _method_settings(args) -> dict:
+    """The TrainConfig fields _add_method_options sets."""
+    return dict(lora_rank=args.rank, lora_alpha=args.lora_alpha, lora_targets=args.lora_targets,
+                train_pooler=args.train_pooler)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--method", default="houlsby", choices=METHODS)
     train.add_argument("--bottleneck", type=int, default=64, help="bottleneck size r (adapter methods)")
     train.add_argument("--top-k", type=int, default=2, help="layers trained by --method top_k")
+    _add_method_options(train)
     train.add_argument("--backbone", default="bert-base-uncased",
                        help="bert-base-uncased (offline: the stand-in), all-MiniLM-L6-v2, bert-base-random, tiny-random")
     train.add_argument("--data", default=None, metavar="DIR",
@@ -72,11 +91,13 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--max-eval", type=int, default=None, metavar="N", help="evaluate on N dev rows")
     train.add_argument("--epochs", type=float, default=1.0)
     train.add_argument("--lr", type=float, default=None,
-                       help="peak learning rate (default: 1e-3 for adapters, layernorm, head; 5e-5 for full, top_k)")
+                       help="peak learning rate (default: 1e-3 for adapters, layernorm, head, bitfit; 5e-4 for lora; "
+                            "5e-5 for full, top_k)")
     train.add_argument("--batch-size", type=int, default=32)
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--out", required=True, metavar="DIR",
-                       help="a new or empty folder for the run: metrics.json and, for adapter methods, the adapter set")
+                       help="a new or empty folder for the run: metrics.json and, for adapters, lora and bitfit, "
+                            "the trained set")
     train.add_argument("--overwrite", action="store_true",
                        help="replace the run already in --out (only once the new run is written)")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -100,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default: 0,1,2)")
     sweep.add_argument("--bottleneck", type=int, default=64, help="bottleneck size r where the grid does not set it")
     sweep.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the method's)")
+    _add_method_options(sweep)
     sweep.add_argument("--steps", type=int, default=None, help="training steps per run (default: --epochs)")
     sweep.add_argument("--epochs", type=float, default=1.0)
     sweep.add_argument("--eval-every", type=int, default=None, metavar="N", help="evaluate every N steps and at the end")
@@ -174,12 +196,12 @@ def _diverged_report(task: str, config, error) -> dict:
 def train_command(args) -> int:
     """`adapterlab train`: check every argument and --out, train, then write the run folder whole.
 
-    Adapter methods write the adapter set and metrics.json; methods without adapters (full, top_k,
-    layernorm, head) change the backbone's own weights and write metrics.json only. Ctrl-C writes the
+    Adapter methods, LoRA and BitFit write the set they train and metrics.json; full, top_k, layernorm
+    and head change the backbone's own weights and write metrics.json only. Ctrl-C writes the
     run so far (status "interrupted", the best state seen) and exits 130; a diverged run writes its
     partial history (status "diverged") and exits 1.
     """
-    from .checkpoints import save_adapter_set
+    from .checkpoints import SAVED_METHODS, save_adapter_set
     from .data import check_glue_setting, get_task
     from .run_folder import commit_run_folder, discard_staging, prepare_run_folder, write_metrics
     from .training import TrainConfig, TrainingDiverged, run_experiment
@@ -188,7 +210,8 @@ def train_command(args) -> int:
     _check_rows("--max-train", args.max_train)
     _check_rows("--max-eval", args.max_eval)
     with usage_errors():
-        config = TrainConfig(method=args.method, bottleneck=args.bottleneck, top_k=args.top_k, learning_rate=args.lr,
+        config = TrainConfig(method=args.method, bottleneck=args.bottleneck, top_k=args.top_k, **_method_settings(args),
+                             learning_rate=args.lr,
                              epochs=args.epochs, batch_size=args.batch_size, seed=args.seed,
                              progress=not args.no_progress)
         check_glue_setting(args.data, task)
@@ -198,7 +221,7 @@ def train_command(args) -> int:
         result = run_experiment(task, config, backbone=args.backbone, data_dir=args.data,
                                 max_train=args.max_train, max_eval=args.max_eval)
         report = {"status": "interrupted" if result.interrupted else "complete", "task": task, **result.to_dict()}
-        report["checkpoint"] = str(out) if config.method in PLACEMENTS else None
+        report["checkpoint"] = str(out) if config.method in SAVED_METHODS else None
         if report["checkpoint"]:
             save_adapter_set(result.model, staging, backbone=result.backbone_info,
                              extra={"task": task, "seed": config.seed, "metrics": result.metrics})
@@ -288,7 +311,8 @@ def sweep_command(args) -> int:
     _check_rows("--max-eval", args.max_eval)
     seeds = _parse_seeds(args.seeds)
     with usage_errors():
-        base = TrainConfig(method=args.method, bottleneck=args.bottleneck, learning_rate=args.lr, epochs=args.epochs,
+        base = TrainConfig(method=args.method, bottleneck=args.bottleneck, **_method_settings(args),
+                           learning_rate=args.lr, epochs=args.epochs,
                            max_steps=args.steps, eval_every=args.eval_every, batch_size=args.batch_size,
                            progress=False)
         grid = parse_grid(args.grid, TrainConfig)

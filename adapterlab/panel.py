@@ -31,11 +31,14 @@ from .training import TrainConfig, run_experiment
 
 #: Bottleneck sizes the slider offers (powers of two, as in the paper's sweep up to 256).
 BOTTLENECKS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-#: The methods the placement menu offers: the three adapter placements, and the head alone.
+#: The methods the placement menu offers: the three adapter placements, LoRA and BitFit beside them, and
+#: the head alone. For LoRA the r slider sets its rank.
 CHOICES = (
     ("Houlsby: 2 adapters per layer", "houlsby"),
     ("Pfeiffer: 1 adapter per layer (FFN)", "pfeiffer"),
     ("parallel: beside the FFN, scale 4", "parallel"),
+    ("LoRA: rank r on query and value", "lora"),
+    ("BitFit: biases only", "bitfit"),
     ("head only: no adapters", "head"),
 )
 
@@ -112,8 +115,9 @@ class TrainingPanel:
         return self.widget._repr_mimebundle_(**kwargs)
 
     def _placement_changed(self, change) -> None:
-        # Head-only training has no adapters: r and σ mean nothing there.
-        self.bottleneck.disabled = self.init_scale.disabled = change["new"] not in PLACEMENTS
+        # Head-only training and BitFit have no adapters: r and σ mean nothing there; LoRA reads r as its rank.
+        self.bottleneck.disabled = change["new"] not in PLACEMENTS + ("lora",)
+        self.init_scale.disabled = change["new"] not in PLACEMENTS
 
     def settings(self) -> TrainConfig:
         """The TrainConfig the controls describe now."""
@@ -121,6 +125,7 @@ class TrainingPanel:
             self.config,
             method=self.placement.value,
             bottleneck=self.bottleneck.value,
+            lora_rank=self.bottleneck.value if self.placement.value == "lora" else self.config.lora_rank,
             init_scale=self.init_scale.value,
             learning_rate=self.learning_rate.value,
             max_steps=self.steps.value,
@@ -214,7 +219,7 @@ class TrainingPanel:
         row = {
             "run": len(self.runs) + 1,
             "placement": config.method,
-            "bottleneck": config.bottleneck if adapters else None,
+            "bottleneck": config.bottleneck if adapters else config.lora_rank if config.method == "lora" else None,
             "init_scale": config.init_scale if adapters else None,
             "learning_rate": config.learning_rate,
             "steps": config.max_steps,

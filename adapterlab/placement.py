@@ -19,7 +19,9 @@ activation, init, layers, whether LayerNorms train); :data:`POSITIONS` below is 
 which sublayers a placement adapts, and so how many adapters a layer gets.
 
 Training methods the labs compare: the three placements, ``full`` fine-tuning, ``head`` only (the
-classifier; the pooler too with ``train_pooler``), ``layernorm`` only (+ head) and ``top_k`` layers (+ head).
+classifier; the pooler too with ``train_pooler``), ``layernorm`` only (+ head), ``top_k`` layers (+ head),
+``bitfit`` (every bias + head; Ben Zaken et al. 2021) and ``lora`` (rank-r updates of chosen dense layers +
+head; Hu et al. 2021, built by :mod:`adapterlab.lora_model`).
 """
 
 from __future__ import annotations
@@ -36,8 +38,15 @@ from .adapter import ACTIVATIONS, INIT_SCHEMES, PAPER_INIT_SCALE, BottleneckAdap
 from .validation import check_bool, check_choice, check_init_scale, check_positive_int
 
 PLACEMENTS = ("houlsby", "pfeiffer", "parallel")
-FREEZE_METHODS = ("full", "head", "layernorm", "top_k")
-METHODS = PLACEMENTS + FREEZE_METHODS
+FREEZE_METHODS = ("full", "head", "layernorm", "top_k", "bitfit")
+METHODS = PLACEMENTS + FREEZE_METHODS + ("lora",)
+#: apply_method's settings for method "lora" (the rest of the name is add_lora's argument).
+LORA_SETTINGS = ("lora_rank", "lora_alpha", "lora_targets")
+#: The trainable matrices of a LoRA layer (adapterlab.lora.LoRALinear): counted with the adapters, as
+#: modules added to the backbone.
+LORA_PARAMETERS = ("lora_A", "lora_B")
+#: Set on a model whose trainable parameters set_trainable chose for BitFit (a checkpoint saves them).
+BITFIT_ATTRIBUTE = "adapterlab_bitfit"
 #: He et al. (2021) scale the parallel adapter's output by s = 4.
 DEFAULT_PARALLEL_SCALE = 4.0
 #: Which sublayer outputs each placement adapts, and how.
@@ -370,9 +379,10 @@ GROUPS = ("adapters", "layernorm", "pooler", "classifier", "other")
 
 
 def parameter_group(model: nn.Module, name: str) -> str:
-    """Which of GROUPS a named parameter belongs to."""
+    """Which of GROUPS a named parameter belongs to (LoRA's A and B count as adapters: modules added to
+    the backbone)."""
     parts = name.split(".")
-    if "adapter" in parts:
+    if "adapter" in parts or parts[-1] in LORA_PARAMETERS:
         return "adapters"
     if "pooler" in parts:
         return "pooler"
@@ -394,8 +404,10 @@ def set_trainable(model: nn.Module, method: str, train_layernorm: bool = True, t
       AdapterHub freezes them)
     * ``full``: everything;  ``head``: the classifier;  ``layernorm``: every LayerNorm
     * ``top_k``: the last top_k transformer layers
+    * ``bitfit``: every bias of the backbone (attention, FFN and LayerNorm biases), as in BitFit's own code
+    * ``lora``: the LoRA matrices that :func:`adapterlab.lora_model.add_lora` added
     """
-    allowed = ("adapters",) + FREEZE_METHODS
+    allowed = ("adapters",) + FREEZE_METHODS + ("lora",)
     check_bool("train_layernorm", train_layernorm)
     check_bool("train_pooler", train_pooler)
     if method not in allowed:
@@ -406,6 +418,8 @@ def set_trainable(model: nn.Module, method: str, train_layernorm: bool = True, t
             raise PlacementError(f"top_k must be an integer in 1..{n_layers} for this model; got {top_k!r}")
     if method == "adapters" and not adapted_outputs(model):
         raise PlacementError("method 'adapters' needs adapters; call add_adapters first")
+    if method == "lora" and not any(name.rpartition(".")[2] in LORA_PARAMETERS for name, _ in model.named_parameters()):
+        raise PlacementError("method 'lora' needs LoRA layers; call adapterlab.lora_model.add_lora first")
     top_prefixes = {f"encoder.layer.{i}." for i in range(n_layers - (top_k or 0), n_layers)}
     for name, parameter in model.named_parameters():
         group = parameter_group(model, name)
@@ -416,26 +430,45 @@ def set_trainable(model: nn.Module, method: str, train_layernorm: bool = True, t
             or (method == "adapters" and (group == "adapters" or (train_layernorm and group == "layernorm")))
             or (method == "layernorm" and group == "layernorm")
             or (method == "top_k" and any(f".{prefix}" in f".{name}" for prefix in top_prefixes))
+            or (method == "bitfit" and name.endswith(".bias") and group in ("layernorm", "other"))
+            or (method == "lora" and group == "adapters")
         )
         parameter.requires_grad_(trainable)
+    if method == "bitfit":
+        object.__setattr__(model, BITFIT_ATTRIBUTE, {"train_pooler": train_pooler})
+    elif hasattr(model, BITFIT_ATTRIBUTE):
+        object.__delattr__(model, BITFIT_ATTRIBUTE)
     return model
 
 
+def bitfit_settings(model: nn.Module) -> dict | None:
+    """``{"train_pooler": ...}`` when set_trainable last made the model train BitFit's biases, else None."""
+    return getattr(model, BITFIT_ATTRIBUTE, None)
+
+
 def apply_method(model: nn.Module, method: str, *, top_k: int = 2, train_pooler: bool = False,
-                 **adapter_settings) -> nn.Module:
+                 **settings) -> nn.Module:
     """Prepare a fresh model for any method the labs compare (one of METHODS); labs 6-9 train this way.
 
-    A placement gets adapters built from its preset with ``adapter_settings`` (the fields of
-    :class:`AdapterConfig`, as in :func:`add_adapters`); the other methods take only ``top_k`` and
-    ``train_pooler`` and ignore adapter settings, so that one set of arguments
-    (``TrainConfig.method_kwargs()``) serves every method.
+    A placement gets adapters built from its preset with the adapter settings (the fields of
+    :class:`AdapterConfig`, as in :func:`add_adapters`); ``lora`` gets LoRA layers from ``lora_rank``,
+    ``lora_alpha`` and ``lora_targets`` (:func:`adapterlab.lora_model.add_lora`); the other methods take
+    only ``top_k`` and ``train_pooler``. Each method ignores the others' settings, so that one set of
+    arguments (``TrainConfig.method_kwargs()``) serves every method.
     """
+    lora_settings = {name: settings.pop(name) for name in LORA_SETTINGS if name in settings}
     if method in PLACEMENTS:
-        return add_adapters(model, method, train_pooler=train_pooler, **adapter_settings)
+        return add_adapters(model, method, train_pooler=train_pooler, **settings)
     fields = [field.name for field in dataclasses.fields(AdapterConfig)]
-    unknown = sorted(set(adapter_settings) - set(fields))
+    unknown = sorted(set(settings) - set(fields))
     if unknown:
-        raise TypeError(f"apply_method got unknown settings {unknown}; adapter settings are {', '.join(fields)}")
+        raise TypeError(f"apply_method got unknown settings {unknown}; adapter settings are {', '.join(fields)}, "
+                        f"LoRA settings {', '.join(LORA_SETTINGS)}")
+    if method == "lora":
+        from .lora_model import add_lora  # lora_model builds on this module
+
+        return add_lora(model, **{name.removeprefix("lora_"): value for name, value in lora_settings.items()},
+                        train_pooler=train_pooler)
     if method not in FREEZE_METHODS:
         raise PlacementError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
     return set_trainable(model, method, top_k=top_k if method == "top_k" else None, train_pooler=train_pooler)

@@ -50,7 +50,8 @@ _NOT_IN_KEY = ("progress", "device", "learning_rate")
 #: method leaves every other method's keys as they were.
 _ADAPTER_SETTINGS = ("bottleneck", "activation", "init", "init_scale", "train_layernorm")
 _ONLY_FOR = {"top_k": ("top_k",), "train_pooler": tuple(m for m in METHODS if m != "full"),
-             **{name: PLACEMENTS for name in _ADAPTER_SETTINGS}}
+             **{name: PLACEMENTS for name in _ADAPTER_SETTINGS},
+             **{name: ("lora",) for name in ("lora_rank", "lora_alpha", "lora_targets")}}
 
 
 def data_fingerprint(*splits: Split) -> str:

@@ -87,8 +87,8 @@ def test_bad_arguments_are_usage_errors_before_anything_loads(tmp_path, capsys, 
 
 
 def test_argparse_errors_return_the_usage_code(capsys):
-    assert main(["train", "--out", "x", "--method", "lora"]) == USAGE
-    assert "invalid choice: 'lora'" in capsys.readouterr().err
+    assert main(["train", "--out", "x", "--method", "prefix"]) == USAGE
+    assert "invalid choice: 'prefix'" in capsys.readouterr().err
     assert main(["--help"]) == OK
 
 

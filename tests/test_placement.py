@@ -563,9 +563,9 @@ def test_set_trainable_methods(make_classifier):
         with pytest.raises(PlacementError, match="top_k"):
             set_trainable(model, "top_k", top_k=top_k)
     with pytest.raises(PlacementError, match="method"):
-        set_trainable(model, "lora")
+        set_trainable(model, "prefix")
     with pytest.raises(PlacementError, match="method"):
-        apply_method(model, "lora")
+        apply_method(model, "prefix")
 
 
 def test_apply_method_adds_adapters(make_classifier):

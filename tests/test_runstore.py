@@ -272,3 +272,18 @@ def test_a_diverged_run_is_stored_as_diverged_and_left_out_of_the_mean(tmp_path,
     assert again.stored and again.record["status"] == "diverged"
     (row,) = summarize([again.record], by=("learning_rate",))
     assert row["diverged"] == 1 and row["n"] == 0
+
+def test_lora_settings_enter_only_lora_run_keys():
+    """A setting added for a new method leaves every other method's keys (and the stored runs) as they were."""
+    train, dev = load_split("sst2", "train", max_examples=48), load_split("sst2", "dev", max_examples=32)
+
+    def settings(**fields):
+        return run_key("sst2", TrainConfig(**fields), TINY, train, dev, precision="fp32")["settings"]
+
+    lora = dict(lora_rank=16, lora_alpha=2.0, lora_targets="all_dense")
+    for method in ("houlsby", "bitfit", "full", "head"):
+        assert settings(method=method) == settings(method=method, **lora)
+        assert not any(name.startswith("lora_") for name in settings(method=method))
+    assert settings(method="lora") != settings(method="lora", lora_rank=4)
+    assert {name: settings(method="lora", **lora)[name] for name in lora} == lora
+    assert "bottleneck" not in settings(method="lora") and "train_pooler" in settings(method="lora")

@@ -315,7 +315,7 @@ def test_history_rows_table_and_figure():
 
 
 @pytest.mark.parametrize("field, value", [
-    ("method", "lora"), ("bottleneck", 0), ("activation", "sigmoid"), ("init", "xavier"), ("init_scale", -1.0),
+    ("method", "prefix"), ("bottleneck", 0), ("activation", "sigmoid"), ("init", "xavier"), ("init_scale", -1.0),
     ("train_layernorm", "yes"), ("top_k", 1.5), ("learning_rate", 0.0), ("learning_rate", float("nan")),
     ("epochs", 0), ("max_steps", 0), ("batch_size", True), ("eval_batch_size", 0), ("warmup_ratio", 1.0),
     ("weight_decay", -0.1), ("max_grad_norm", 0.0), ("eval_every", -5), ("order", "random"), ("seed", -1),
