@@ -415,3 +415,37 @@ def compare_counts(
         for key, item, formula in _row_labels(config, adapters, num_labels)
     ]
     return CountReport(name, config, adapters, num_labels, rows)
+
+
+def compare_method_counts(config: BertConfig | str, method: str, rank: int = 8, targets: str = "query_value",
+                          num_labels: int = 2, train_pooler: bool = False) -> list[CountRow]:
+    """LoRA or BitFit: the closed forms of :func:`method_counts` beside a count of the real model, prepared
+    with :func:`adapterlab.placement.apply_method` on the meta device (no weights allocated), one
+    :class:`CountRow` per item. ``config`` is a BertConfig or a name from NAMED_CONFIGS.
+    """
+    from transformers import BertForSequenceClassification
+
+    from .placement import apply_method, parameter_group
+
+    if isinstance(config, str):
+        config = backbone_config(config)
+    closed = method_counts(config, method, rank, targets, num_labels, train_pooler)
+    shape = copy.deepcopy(config)
+    shape.num_labels = num_labels
+    with torch.device("meta"):
+        model = apply_method(BertForSequenceClassification(shape), method, train_pooler=train_pooler,
+                             lora_rank=rank, lora_targets=targets)
+    counted = count_model(model)
+    counted["biases"] = sum(p.numel() for name, p in model.named_parameters()
+                            if p.requires_grad and parameter_group(model, name) in ("layernorm", "other"))
+    first = (("adapters", f"LoRA matrices ({targets})", "L·Σ r(d_in + d_out)") if method == "lora"
+             else ("biases", "biases (BitFit)", "L·(7d + i) + d"))
+    labels = [
+        first,
+        ("pooler", f"pooler ({_state(train_pooler)})", "d² + d"),
+        ("classifier", "classifier", f"d·n + n, n={num_labels}"),
+        ("total_trainable", "total trainable", f"{first[0]} + classifier" + (" + pooler" if train_pooler else "")),
+        ("backbone", "backbone", "BertModel, no classifier"),
+        ("percent_of_backbone", "trainable, % of backbone", "100·trainable / backbone"),
+    ]
+    return [CountRow(key, item, formula, closed[key], counted[key]) for key, item, formula in labels]

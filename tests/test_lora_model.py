@@ -22,7 +22,13 @@ from adapterlab.checkpoints import (
     save_adapter_set,
     saved_parameters,
 )
-from adapterlab.counting import bert_bias_params, bert_lora_params, count_model, method_counts
+from adapterlab.counting import (
+    bert_bias_params,
+    bert_lora_params,
+    compare_method_counts,
+    count_model,
+    method_counts,
+)
 from adapterlab.data import load_split, tokenize
 from adapterlab.lora import LoRALinear
 from adapterlab.lora_model import LoRAConfig, add_lora, lora_config, lora_layers, merge_lora, remove_lora
@@ -207,6 +213,18 @@ def test_bert_base_counts_on_the_meta_device():
         method_counts(config, "houlsby")
 
 
+@pytest.mark.parametrize("backbone, method, targets, train_pooler", [
+    ("bert-base", "lora", "query_value", False), ("bert-large", "lora", "all_dense", True),
+    ("bert-base", "bitfit", "query_value", True), ("bert-large", "bitfit", "query_value", False),
+])
+def test_compare_method_counts_matches_every_row_on_the_meta_device(backbone, method, targets, train_pooler):
+    rows = compare_method_counts(backbone, method, rank=16, targets=targets, num_labels=3, train_pooler=train_pooler)
+    assert [row.key for row in rows][1:] == ["pooler", "classifier", "total_trainable", "backbone", "percent_of_backbone"]
+    assert all(row.match for row in rows), [row for row in rows if not row.match]
+    trained = rows[0].counted + rows[2].counted + (rows[1].counted if train_pooler else 0)
+    assert rows[3].counted == trained and rows[0].counted > 0
+
+
 # -------------------------------------------------------------------------------------- checkpoints
 
 
@@ -291,3 +309,17 @@ def test_training_changes_only_what_the_method_trains(method):
     # (A LoRA layer's A has no gradient while B is zero, at the first step only.)
     assert changed == trainable_names(model)
     assert result.trainable["total_trainable"] == sum(before[name].numel() for name in trainable_names(model))
+
+
+def test_the_panel_offers_lora_with_r_as_its_rank_and_bitfit_without_r():
+    from adapterlab.panel import TrainingPanel
+
+    panel = TrainingPanel(backbone=TINY, stores=[])
+    panel.placement.value, panel.bottleneck.value = "lora", 4
+    config = panel.settings()
+    assert (config.method, config.lora_rank) == ("lora", 4)
+    assert not panel.bottleneck.disabled and panel.init_scale.disabled
+    panel.placement.value = "bitfit"
+    assert panel.settings().method == "bitfit" and panel.bottleneck.disabled and panel.init_scale.disabled
+    panel.placement.value = "houlsby"
+    assert panel.settings().lora_rank == TrainConfig().lora_rank  # r is the bottleneck again
