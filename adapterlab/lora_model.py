@@ -11,8 +11,8 @@ After training, :func:`merge_lora` folds every update into its frozen weight (``
 backbone's architecture, so it runs exactly as fast as the backbone. That is LoRA's advantage over
 adapters, whose nonlinearity keeps them in the forward pass (lab 3).
 
-The labs train LoRA through :func:`adapterlab.placement.apply_method` (``method="lora"``), which calls
-:func:`add_lora`; the same :class:`LoRAConfig` is what a saved LoRA set records (:mod:`adapterlab.checkpoints`).
+Lab 10 (adapters among the PEFT methods) trains LoRA through :func:`adapterlab.placement.apply_method`
+(``method="lora"``), which calls :func:`add_lora`, and merges it with :func:`merge_lora`; the same :class:`LoRAConfig` is what a saved LoRA set records (:mod:`adapterlab.checkpoints`).
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def add_lora(model: nn.Module, rank: int = DEFAULT_LORA_RANK, alpha: float = DEF
              targets: str = "query_value", train_pooler: bool = False) -> nn.Module:
     """Wrap the target dense layers of every transformer layer in a LoRALinear and train only the LoRA
     matrices and the classifier (the pooler too with ``train_pooler``). B starts at zero, so the model
-    computes exactly what it did before. Labs 6-9 train LoRA this way, through ``apply_method``.
+    computes exactly what it did before. Lab 10 trains LoRA this way, through ``apply_method``.
     Everything is checked before the model is touched. Returns the model (changed in place).
     """
     config = LoRAConfig(rank, alpha, targets, train_pooler)
@@ -146,7 +146,8 @@ def merge_lora(model: nn.Module) -> nn.Module:
 
     The result has exactly the backbone's architecture (module types, state_dict keys and shapes,
     parameter count) and computes what the LoRA model computed, up to rounding; trainable flags are
-    restored as they were before add_lora. Changes the model in place and returns it.
+    restored as they were before add_lora. Changes the model in place and returns it (``copy.deepcopy``
+    first to keep the LoRA model). Lab 10 measures the merged model's latency against the backbone's.
     """
     return _take_out(model, merge=True)
 
