@@ -220,7 +220,7 @@ def check_training_step(prepare_fn, step_fn) -> None:
             "it should fall. Check the optimizer's learning rate (use the one you are given)."
         )
     _passed(
-        f"Your training step is right: only the {len(expected)} adapter, LayerNorm and head tensors train, the "
+        f"Your training step is right: only the {len(expected)} adapter, LayerNorm and classifier tensors train, the "
         f"optimizer holds exactly those, each step uses its own fresh gradients, frozen tensors stay bit-identical, "
         f"and the loss on one batch falls over {TRAINING_STEPS} steps."
     )
