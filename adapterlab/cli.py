@@ -75,6 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
     count.add_argument("--bottleneck", type=int, default=64, help="bottleneck size r")
     count.add_argument("--frozen-layernorm", action="store_true", help="count LayerNorms as frozen")
     count.add_argument("--num-labels", type=int, default=2)
+    count.add_argument("--method", default=None, choices=["lora", "bitfit"],
+                       help="count LoRA (--rank, --lora-targets) or BitFit instead of adapters")
+    count.add_argument("--rank", type=int, default=DEFAULT_LORA_RANK, help="LoRA rank r (--method lora)")
+    count.add_argument("--lora-targets", default="query_value", choices=list(LORA_TARGET_SETS),
+                       help="the dense layers LoRA adapts (--method lora)")
+    count.add_argument("--train-pooler", action="store_true", help="count the pretrained pooler as trained")
     count.add_argument("--json", action="store_true", help="machine-readable output")
 
     train = commands.add_parser("train", help="train one method on a GLUE task; write the adapter set and metrics.json")
@@ -430,14 +436,26 @@ def doctor_command(args) -> int:
 
 def count_command(args) -> int:
     """`adapterlab count`: lab 4's closed-form counts beside a module count of the real model (table or
-    JSON); exits 1 when a row does not match."""
+    JSON), for adapters or, with --method, for LoRA or BitFit; exits 1 when a row does not match."""
+    import dataclasses
     import json
 
-    from .counting import compare_counts
+    from .counting import compare_counts, compare_method_counts, format_count_rows
 
+    if args.method is not None:
+        with usage_errors():
+            rows = compare_method_counts(args.backbone, args.method, args.rank, args.lora_targets, args.num_labels,
+                                         args.train_pooler)
+        shown = f", r={args.rank} on {args.lora_targets}" if args.method == "lora" else ""
+        print(json.dumps([dataclasses.asdict(row) | {"match": row.match} for row in rows], indent=2) if args.json
+              else format_count_rows(f"{args.backbone}: {args.method}{shown}, {args.num_labels} labels", rows))
+        if not all(row.match for row in rows):
+            raise CommandError("a closed-form count differs from the model's count (the rows not marked 'yes' "
+                               "above); this is a bug in adapterlab.counting: please report it")
+        return OK
     with usage_errors():
         report = compare_counts(args.backbone, args.placement, args.bottleneck, not args.frozen_layernorm,
-                                args.num_labels)
+                                args.num_labels, train_pooler=args.train_pooler)
     print(json.dumps(report.as_dict(), indent=2) if args.json else report)
     if not report.all_match:
         raise CommandError("a closed-form count differs from the model's count (the rows not marked 'yes' above); "

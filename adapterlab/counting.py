@@ -449,3 +449,17 @@ def compare_method_counts(config: BertConfig | str, method: str, rank: int = 8, 
         ("percent_of_backbone", "trainable, % of backbone", "100·trainable / backbone"),
     ]
     return [CountRow(key, item, formula, closed[key], counted[key]) for key, item, formula in labels]
+
+
+def format_count_rows(header: str, rows: list[CountRow]) -> str:
+    """compare_method_counts' rows as a table in :class:`CountReport`'s layout (`adapterlab count --method`)."""
+
+    def fmt(value) -> str:
+        return f"{value:,.3f}" if isinstance(value, float) else f"{value:,}"
+
+    lines = [header, f"{'item':<29}{'formula':<32}{'closed form':>16}{'counted':>16}  match"]
+    lines += [f"{r.item:<29}{r.formula:<32}{fmt(r.closed_form):>16}{fmt(r.counted):>16}  {'yes' if r.match else 'NO'}"
+              for r in rows]
+    verdict = "every row matches" if all(r.match for r in rows) else "MISMATCH between closed form and counted model"
+    lines.append(f"{verdict} (counted on the meta device: no weights allocated)")
+    return "\n".join(lines)

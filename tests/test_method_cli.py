@@ -64,3 +64,17 @@ def test_sweep_over_the_lora_rank_stores_one_run_per_rank(tmp_path, capsys):
     assert "lora_rank=2" in out and "lora_rank=4" in out
     records = [json.loads(path.read_text()) for path in sorted(store.glob("*.json"))]
     assert sorted(r["key"]["settings"]["lora_rank"] for r in records) == [2, 4] and len(RunStore(store)) == 2
+
+
+@pytest.mark.parametrize("options", [["--method", "lora", "--rank", "16", "--lora-targets", "all_dense"],
+                                     ["--method", "bitfit", "--train-pooler", "--backbone", "bert-large"]])
+def test_count_puts_the_closed_forms_beside_the_model(capsys, options):
+    assert main(["count", *options, "--json"]) == OK
+    rows = json.loads(capsys.readouterr().out)
+    assert rows and all(row["match"] and row["closed_form"] == row["counted"] for row in rows)
+    assert main(["count", *options]) == OK and "every row matches" in capsys.readouterr().out
+
+
+def test_count_refuses_a_bad_rank(capsys):
+    assert main(["count", "--method", "lora", "--rank", "0"]) == USAGE
+    assert "rank must be an integer >= 1" in capsys.readouterr().err
