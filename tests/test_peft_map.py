@@ -1,0 +1,129 @@
+"""The measured PEFT map (lab 10) and the trade-off readings of stored runs, on the tiny-random backbone and toy data."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import replace
+
+import pytest
+import torch
+
+from adapterlab import peft_map, tradeoff
+from adapterlab.backbones import TINY, load_backbone
+from adapterlab.data import load_split, make_batches, tokenize
+from adapterlab.experiments import SeedRow
+from adapterlab.training import TrainConfig
+
+
+@pytest.fixture(autouse=True)
+def toy_data_only(monkeypatch):
+    monkeypatch.delenv("ADAPTERLAB_DATA", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(scope="module")
+def measured():
+    """The map of five methods on the tiny backbone: 2 training steps, 2 timed rounds per batch size."""
+    model, tokenizer, _ = load_backbone(TINY, seed=0)
+    train_data = tokenize(load_split("sst2", "train", source="toy", max_examples=64), tokenizer)
+    dev = tokenize(load_split("sst2", "dev", source="toy", max_examples=8), tokenizer)
+    inputs = {f"batch {size}": [{k: v for k, v in b.items() if k != "labels"}
+                                for b in make_batches(dev, size, "sequential")[:2]] for size in (1, 4)}
+    wanted = ("head only", "BitFit", "LoRA r=8", "Houlsby r=8", "full fine-tuning")
+    configs = {label: config for label, config in peft_map.map_configs(batch_size=16).items() if label in wanted}
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    rows = {row.label: row for row in peft_map.measure_map(model, train_data, inputs, configs, steps=2, rounds=2,
+                                                          progress=False)}
+    return model, before, rows
+
+
+def test_the_backbone_is_left_as_it_was(measured):
+    model, before, _ = measured
+    after = model.state_dict()
+    assert set(after) == set(before) and all(torch.equal(after[n], before[n]) for n in before)
+
+
+def test_trained_counts_follow_the_closed_forms(measured):
+    model, _, rows = measured
+    d, layers, labels = model.config.hidden_size, model.config.num_hidden_layers, model.config.num_labels
+    head = d * labels + labels
+    assert rows["head only"].trained == head
+    assert rows["LoRA r=8"].trained == layers * 2 * (8 * d + d * 8) + head  # A and B on query and value
+    ln = 2 * d * (2 * layers + 1)  # two per layer and the embeddings' LayerNorm
+    assert rows["Houlsby r=8"].trained == layers * 2 * (2 * 8 * d + 8 + d) + ln + head
+    assert rows["full fine-tuning"].trained == sum(p.numel() for p in model.parameters())
+    biases = sum(p.numel() for n, p in model.named_parameters()
+                 if n.endswith(".bias") and not n.startswith(("classifier", "bert.pooler")))
+    assert rows["BitFit"].trained == biases + head
+
+
+def test_a_checkpoint_holds_four_bytes_per_trained_number_and_a_small_header(measured):
+    _, _, rows = measured
+    for row in rows.values():
+        assert 4 * row.trained <= row.checkpoint_bytes <= 4 * row.trained + 20_000, row.label
+
+
+def test_what_can_be_merged_and_what_shares_the_backbone(measured):
+    _, _, rows = measured
+    adapters, lora, full, bitfit = rows["Houlsby r=8"], rows["LoRA r=8"], rows["full fine-tuning"], rows["BitFit"]
+    assert not adapters.mergeable and adapters.merged_overhead is None and adapters.merged_shares_backbone is None
+    assert lora.mergeable and lora.merge_error is not None and lora.merge_error < 1e-5
+    assert lora.shares_backbone and not lora.merged_shares_backbone  # merging writes the update into W
+    assert adapters.shares_backbone and rows["head only"].shares_backbone and bitfit.shares_backbone
+    assert not full.shares_backbone and full.mergeable and full.merged_overhead == full.overhead
+
+
+def test_timings_and_speeds_are_measured(measured):
+    _, _, rows = measured
+    for row in rows.values():
+        assert set(row.overhead) == {"batch 1", "batch 4"} and all(math.isfinite(v) for v in row.overhead.values())
+        assert row.examples_per_second > 0
+    table = peft_map.map_table(list(rows.values()))
+    assert len(table.splitlines()) == len(rows) + 1 and "LoRA r=8" in table
+
+
+def test_architecture_tells_a_merged_lora_from_an_unmerged_one(make_classifier):
+    from adapterlab.lora_model import add_lora, merge_lora
+
+    plain = make_classifier()
+    with_lora = add_lora(make_classifier(), rank=2)
+    assert peft_map.architecture(with_lora) != peft_map.architecture(plain)
+    assert peft_map.architecture(merge_lora(with_lora)) == peft_map.architecture(plain)
+
+
+def _row(label, values, config=None):
+    values = tuple(values)
+    mean = statistics.mean(values) if values else math.nan
+    return SeedRow(label=label, config=config or TrainConfig(progress=False), metric="accuracy", values=values,
+                   seeds=tuple(range(len(values))), missing=(), diverged=0, mean=mean,
+                   std=statistics.stdev(values) if len(values) > 1 else math.nan)
+
+
+def test_the_knee_is_the_smallest_size_the_seeds_cannot_tell_from_the_best():
+    values = {2: [0.80, 0.82, 0.78], 8: [0.86, 0.88, 0.84], 64: [0.87, 0.875, 0.865], 256: [0.865, 0.87, 0.86]}
+    rows = [_row(r, v) for r, v in values.items()]
+    best = max(values, key=lambda r: statistics.mean(values[r]))
+    within = [r for r in values if abs(statistics.mean(values[r]) - statistics.mean(values[best]))
+              <= max(statistics.stdev(values[r]), statistics.stdev(values[best]))]
+    assert best == 64 and within[0] == 8  # the hand-made numbers say what the test is about
+    assert tradeoff.knee(rows).label == 8
+    assert tradeoff.knee([_row(2, [0.8, 0.81]), _row(8, [0.9])]) is None  # one measured row: no knee
+
+
+def test_trained_parameters_leaves_the_backbones_flags_alone(make_classifier):
+    model = make_classifier()
+    model.classifier.weight.requires_grad_(False)
+    flags = [p.requires_grad for p in model.parameters()]
+    count = tradeoff.trained_parameters(model, TrainConfig(method="head", progress=False))
+    assert count == model.classifier.weight.numel() + model.classifier.bias.numel()
+    assert [p.requires_grad for p in model.parameters()] == flags
+
+
+def test_the_figure_draws_stored_points_with_their_spread():
+    stored = tradeoff.Point("Houlsby", 1000, _row("Houlsby r=2", [0.8, 0.9]))
+    missing = tradeoff.Point("Houlsby", 5000, _row("Houlsby r=8", []))
+    figure = tradeoff.tradeoff_figure([stored, missing], "t", baseline=("majority", 0.5))
+    means, seeds = figure.data
+    assert list(means.x) == [1000] and means.error_y.array[0] == pytest.approx(statistics.stdev([0.8, 0.9]))
+    assert sorted(seeds.y) == [0.8, 0.9]
