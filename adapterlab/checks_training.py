@@ -1,5 +1,6 @@
-"""Self-checks for the exercises of the training labs (6–9): one training step, the Matthews
-correlation, the span-ablation loop and answering mixed requests with adapter sets.
+"""Self-checks for the exercises of the training labs (6–10): one training step, the Matthews
+correlation, the span-ablation loop, answering mixed requests with adapter sets and the Pareto front
+of accuracy against trained parameters.
 
 Like :mod:`adapterlab.checks`, each check runs the student's code on random cases, compares it with an
 independent reference, prints one line starting with ✔, raises :class:`CheckFailed` naming the mistake
@@ -24,7 +25,8 @@ from .checkpoints import load_adapter_set, save_adapter_set, saved_parameters
 from .checks import POOLER_STAYS_FROZEN, CheckFailed, _call, _close, _passed
 from .placement import add_adapters, enabled_layers, parameter_group, set_adapters_enabled, set_trainable
 
-__all__ = ["CheckFailed", "check_training_step", "check_matthews", "check_span_ablation", "check_serving"]
+__all__ = ["CheckFailed", "check_training_step", "check_matthews", "check_span_ablation", "check_serving",
+           "check_pareto_front"]
 
 
 def _tiny_classifier(seed: int, layers: int = 3, init_scale: float = 1e-2):
@@ -542,3 +544,111 @@ def _serving_mistake(rows, requests, reference) -> str:
                     "before: load a group's adapter set before running that group.")
     return ("Your outputs differ from what one model per task answers; for each task load its adapter set "
             "(load_adapter_set), run its requests, and store each output at its request's position.")
+
+
+# --------------------------------------------------------------------------------------------------
+# Lab 10: the Pareto front of accuracy against trained parameters
+# --------------------------------------------------------------------------------------------------
+
+
+def _dominated(label, points: dict) -> bool:
+    """The reference, pairwise: another point has at most as many parameters and at least the score, and is
+    strictly better in one of the two."""
+    count, score = points[label]
+    return any(c <= count and s >= score and (c < count or s > score)
+               for other, (c, s) in points.items() if other != label)
+
+
+def _reference_front(points: dict) -> list:
+    return sorted((label for label in points if not _dominated(label, points)),
+                  key=lambda label: (points[label][0], -points[label][1]))
+
+
+def _running_front(points: dict, keep, order=None) -> list:
+    """A front made by walking the points from cheapest to dearest and keeping those ``keep(score, best)``
+    accepts: the shape of the mistakes below."""
+    order = order or sorted(points, key=lambda label: (points[label][0], -points[label][1]))
+    best, front = None, []
+    for label in order:
+        if best is None or keep(points[label][1], best):
+            front.append(label)
+            best = points[label][1]
+    return front
+
+
+def _front_mistakes(points: dict) -> list[tuple[list, str]]:
+    """What the mistakes students make would return for these points, and the message that names each."""
+    by_count = sorted(points, key=lambda label: points[label][0])  # ties left in the order given
+    ascending = sorted(points, key=lambda label: (points[label][0], -points[label][1]))
+    neighbours = [label for k, label in enumerate(ascending)
+                  if k == 0 or points[label][1] > points[ascending[k - 1]][1]]
+    reverse = {label: (-count, score) for label, (count, score) in points.items()}
+    return [
+        (sorted(_reference_front(reverse), key=lambda label: points[label][0]),
+         "You kept the methods that no method with MORE parameters beats. The front asks the opposite question: "
+         "does anything with as few or fewer trained parameters score at least as well?"),
+        (neighbours, "You compared each method only with the next cheaper one. A method is dominated by ANY cheaper "
+                     "method that scores at least as well, not just by its neighbour: compare with the best score "
+                     "seen so far."),
+        (_running_front(points, lambda score, best: score > best, order=by_count),
+         "Two methods here train the same number of parameters, and you kept the weaker of the two. With equal "
+         "counts the higher score dominates: break ties in the parameter count by score."),
+        (_running_front(points, lambda score, best: score >= best),
+         "You kept a method that scores exactly what a cheaper method scores. It buys nothing for its extra "
+         "parameters, so it is dominated: a method must beat every cheaper one to be on the front."),
+        ([max(points, key=lambda label: points[label][1])],
+         "You returned only the best-scoring method. The front holds every method that nothing cheaper (or as "
+         "cheap) beats: the cheapest method is on it too."),
+    ]
+
+
+def _front_cases():
+    """(what, points): random methods on a log-spaced parameter axis with scores that mostly rise with it (the
+    largest just below the best), a case with two methods of equal parameter count, and one with an equal
+    score at a larger count."""
+    generator = np.random.default_rng(10)
+    cases = []
+    for size in (7, 10, 14):
+        counts = sorted({int(c) for c in np.exp(generator.uniform(np.log(500), np.log(2e7), size))})
+        scores = [round(0.6 + 0.3 * math.log(c / 500) / math.log(4e4) + generator.normal(0, 0.04), 4) for c in counts]
+        scores[-1] = round(max(scores[:-1]) - 0.01, 4)  # the largest method is not the best one
+        labels = [f"method {chr(65 + k)}" for k in range(len(counts))]
+        order = generator.permutation(len(counts))
+        cases.append((f"{len(counts)} random methods", {labels[k]: (counts[k], scores[k]) for k in order}))
+    cases.append(("two methods with the same parameter count", {
+        "head only": (770, 0.80), "LoRA r=2": (19_202, 0.845), "BitFit": (19_202, 0.861),
+        "Houlsby r=8": (89_186, 0.872), "top-1 layer": (1_775_234, 0.866), "full": (22_713_986, 0.901)}))
+    cases.append(("a larger method with exactly the same score", {
+        "LayerNorm only": (10_754, 0.83), "Houlsby r=2": (26_306, 0.86), "Houlsby r=32": (309_122, 0.88),
+        "Houlsby r=256": (2_375_426, 0.88), "full": (22_713_986, 0.89)}))
+    return cases
+
+
+def check_pareto_front(front_fn) -> None:
+    """Check ``front_fn(points) -> list of labels`` (lab 10): ``points`` maps a method's label to
+    (trained parameters, dev score); the answer lists the methods no other method dominates, from the fewest
+    trained parameters to the most. The reference compares every pair of methods."""
+    name = getattr(front_fn, "__name__", "pareto_front")
+    for what, points in _front_cases():
+        expected = _reference_front(points)
+        given = dict(points)
+        got = _call(f"{name}(points) for {what}", front_fn, given)
+        if given != points:
+            raise CheckFailed(f"{name}(points) changed the dict it was given; build a new list and leave points as it is.")
+        if isinstance(got, (str, bytes)) or not hasattr(got, "__iter__"):
+            raise CheckFailed(f"{name}(points) returned {got!r}; return a list of the labels on the front.")
+        got = list(got)
+        if got == expected:
+            continue
+        if sorted(map(str, got)) == sorted(map(str, expected)):
+            raise CheckFailed(f"For {what} you found the right methods, in the wrong order: list the front from the "
+                              f"fewest trained parameters to the most ({expected}).")
+        message = next((text for wrong, text in _front_mistakes(points) if got == wrong and wrong != expected), None)
+        missing = [label for label in expected if label not in got]
+        extra = [label for label in got if label not in expected]
+        raise CheckFailed(f"For {what} your front is {got}; it is {expected}"
+                          + (f" (missing {missing})" if missing else "") + (f" (not on it: {extra})" if extra else "")
+                          + ". " + (message or "A method is on the front when no other method has at most as many "
+                                               "trained parameters and at least its score (and is better in one)."))
+    _passed(f"Your front matches a pairwise comparison of every method on {len(_front_cases())} sets of methods, "
+            "equal parameter counts and equal scores included.")

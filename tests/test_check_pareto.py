@@ -1,0 +1,111 @@
+"""The lab-10 self-check of the Pareto front: the reference solution passes, a stub is reported missing, and
+each mistake students make is rejected with a message that names it."""
+
+from __future__ import annotations
+
+import pytest
+
+from adapterlab.checks_training import CheckFailed, check_pareto_front
+from adapterlab.tradeoff import pareto_front
+
+
+def solution(points):
+    """The lab's solution: cheapest first, keep a method when it beats every cheaper one."""
+    front, best = [], float("-inf")
+    for label, (count, score) in sorted(points.items(), key=lambda item: (item[1][0], -item[1][1])):
+        if score > best:
+            front.append(label)
+            best = score
+    return front
+
+
+def by_brute_force(points):
+    """Another right answer, written the slow way: keep what no other point dominates."""
+    keep = [a for a, (ca, sa) in points.items()
+            if not any(cb <= ca and sb >= sa and (cb, sb) != (ca, sa) for b, (cb, sb) in points.items() if b != a)]
+    return sorted(keep, key=lambda label: points[label][0])
+
+
+def stub(points):
+    raise NotImplementedError("write the Pareto front")
+
+
+def more_is_better(points):
+    """Dominance the wrong way round: a method survives when nothing LARGER beats it."""
+    front, best = [], float("-inf")
+    for label, (count, score) in sorted(points.items(), key=lambda item: -item[1][0]):
+        if score > best:
+            front.append(label)
+            best = score
+    return sorted(front, key=lambda label: points[label][0])
+
+
+def only_the_neighbour(points):
+    """Compares with the previous method only, not with the best so far."""
+    ordered = sorted(points.items(), key=lambda item: (item[1][0], -item[1][1]))
+    return [label for k, (label, (count, score)) in enumerate(ordered) if k == 0 or score > ordered[k - 1][1][1]]
+
+
+def ties_by_count_only(points):
+    """Sorts by the count alone, so of two equal counts the one listed first is kept even when weaker."""
+    front, best = [], float("-inf")
+    for label, (count, score) in sorted(points.items(), key=lambda item: item[1][0]):
+        if score > best:
+            front.append(label)
+            best = score
+    return front
+
+
+def equal_score_kept(points):
+    """>= instead of >: a dearer method with the same score stays on the front."""
+    front, best = [], float("-inf")
+    for label, (count, score) in sorted(points.items(), key=lambda item: (item[1][0], -item[1][1])):
+        if score >= best:
+            front.append(label)
+            best = score
+    return front
+
+
+def best_only(points):
+    return [max(points, key=lambda label: points[label][1])]
+
+
+def unsorted(points):
+    return list(reversed(solution(points)))
+
+
+def mutates(points):
+    answer = solution(points)
+    points.clear()
+    return answer
+
+
+@pytest.mark.parametrize("answer", [solution, by_brute_force, pareto_front])
+def test_right_answers_pass(answer, capsys):
+    check_pareto_front(answer)
+    assert capsys.readouterr().out.startswith("✔ ")
+
+
+def test_a_stub_is_reported_missing():
+    with pytest.raises(CheckFailed, match="The answer is missing"):
+        check_pareto_front(stub)
+
+
+@pytest.mark.parametrize("answer, words", [
+    (more_is_better, "MORE parameters"),
+    (only_the_neighbour, "only with the next cheaper one"),
+    (ties_by_count_only, "same number of parameters"),
+    (equal_score_kept, "scores exactly what a cheaper method scores"),
+    (best_only, "only the best-scoring method"),
+    (unsorted, "in the wrong order"),
+    (mutates, "changed the dict"),
+    (lambda points: "method A", "return a list"),
+], ids=lambda value: getattr(value, "__name__", None) if callable(value) else None)
+def test_each_mistake_is_named(answer, words):
+    with pytest.raises(CheckFailed, match=words):
+        check_pareto_front(answer)
+
+
+def test_a_crash_is_reported_with_its_error():
+    with pytest.raises(CheckFailed, match="raised KeyError"):
+        check_pareto_front(lambda points: points["nothing"])
