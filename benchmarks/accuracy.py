@@ -7,7 +7,8 @@ training time (evaluation excluded) and the training examples per second.
 
 Hyperparameters follow the paper's recipe: AdamW, linear warmup over 10 % of the steps then linear decay to 0,
 batch 32 (unless --batch-size says otherwise) in length-grouped order; adapters (and LayerNorm-only / head-only) at a peak learning rate of 1e-3
-(inside the paper's 3e-5 … 3e-3 sweep), full fine-tuning at 5e-5.
+(inside the paper's 3e-5 … 3e-3 sweep), full fine-tuning at 5e-5; LoRA (rank 8 on query and value, its r column)
+at 5e-4 and BitFit at 1e-3, the package's defaults for them.
 
     python benchmarks/accuracy.py                       # everything (20-30 min on 2 cores)
     python benchmarks/accuracy.py --only sst2:houlsby --lr 3e-3 --bottleneck 64   # one more configuration
@@ -38,9 +39,12 @@ TASKS = {  # task: (train rows, epochs); None = the full train set
     "sst2": (20_000, 1.0),
     "cola": (None, 3.0),
 }
-METHODS = ("houlsby", "pfeiffer", "full", "layernorm", "head")
-LEARNING_RATES = {"houlsby": 1e-3, "pfeiffer": 1e-3, "full": 5e-5, "layernorm": 1e-3, "head": 1e-3}
+METHODS = ("houlsby", "pfeiffer", "lora", "bitfit", "full", "layernorm", "head")
+LEARNING_RATES = {"houlsby": 1e-3, "pfeiffer": 1e-3, "lora": 5e-4, "bitfit": 1e-3, "full": 5e-5, "layernorm": 1e-3,
+                  "head": 1e-3}
 BOTTLENECK = 64
+#: LoRA's rank r (on the attention query and value projections); the table's r column shows it.
+LORA_RANK = 8
 BATCH_SIZE = 32
 #: Measured on this machine with the same stand-in and subset (one epoch, 20,000 SST-2 rows).
 REFERENCES = {
@@ -61,9 +65,10 @@ def key(run: dict) -> tuple:
 
 def one_run(task: str, method: str, lr: float, bottleneck: int, epochs: float, max_train, max_eval, data,
             order: str = "grouped", train_layernorm: bool = True, seed: int = 0, batch_size: int = BATCH_SIZE) -> dict:
+    lora = {"lora_rank": LORA_RANK} if method == "lora" else {}
     config = TrainConfig(method=method, bottleneck=bottleneck, learning_rate=lr, epochs=epochs, batch_size=batch_size,
                          warmup_ratio=0.1, order=order, train_layernorm=train_layernorm, seed=seed, device="cpu",
-                         progress=False)
+                         progress=False, **lora)
     load_before = common.load_average()
     cpu_before = time.process_time()
     result = run_experiment(task, config, backbone=STANDIN, data_dir=data, max_train=max_train, max_eval=max_eval,
@@ -72,7 +77,7 @@ def one_run(task: str, method: str, lr: float, bottleneck: int, epochs: float, m
     metric = result.history.metric
     return {
         "task": task, "method": method, "learning_rate": lr,
-        "bottleneck": bottleneck if method in ("houlsby", "pfeiffer") else None,
+        "bottleneck": bottleneck if method in ("houlsby", "pfeiffer") else LORA_RANK if method == "lora" else None,
         "epochs": epochs, "max_train": max_train, "seed": seed, "batch_size": config.batch_size, "order": config.order,
         "train_layernorm": config.train_layernorm if method in ("houlsby", "pfeiffer") else None,
         "metric_name": metric, "metric": result.metrics[metric], "accuracy": result.metrics["accuracy"],
