@@ -121,13 +121,15 @@ def stored_ablations(task: str, config, seeds, eval_rows: int, *, stores: list[R
 @dataclass
 class AblationSummary:
     """Every cell of the span ablation over seeds: ``mean`` and ``std`` (sample standard deviation, NaN
-    below the diagonal) of the score with layers i..j off; ``full`` and ``majority`` likewise per seed."""
+    below the diagonal) of the score with layers i..j off. Per seed: ``full`` (every adapter on) and
+    ``majority`` on the rows scored, and ``trained``, the training run's own best metric on its dev set."""
 
     seeds: list[int]
     metric: str
     scores: np.ndarray  # (seeds, L, L)
     full: np.ndarray  # (seeds,)
     majority: np.ndarray  # (seeds,)
+    trained: np.ndarray  # (seeds,)
 
     @property
     def mean(self) -> np.ndarray:
@@ -159,7 +161,8 @@ def summarize_ablations(records: list[dict]) -> AblationSummary:
     return AblationSummary(seeds=[record["key"]["settings"]["seed"] for record in records], metric=metrics.pop(),
                            scores=np.stack([a.scores for a in ablations]),
                            full=np.array([a.full for a in ablations]),
-                           majority=np.array([record["ablation"]["majority"] for record in records], dtype=float))
+                           majority=np.array([record["ablation"]["majority"] for record in records], dtype=float),
+                           trained=np.array([record["best_metric"] for record in records], dtype=float))
 
 
 def ablate_command_line(task: str, config, seeds, eval_rows: int, store: str = "data/reference_runs") -> str:
@@ -172,5 +175,6 @@ def ablate_command_line(task: str, config, seeds, eval_rows: int, store: str = "
         parts.append(f"--eval-every {config.eval_every}")
     if config.learning_rate is not None:
         parts.append(f"--lr {config.learning_rate:g}")
-    parts += [f"--batch-size {config.batch_size}", f"--eval-rows {eval_rows}", f"--store {store}"]
+    parts += [f"--batch-size {config.batch_size}", f"--precision {config.precision}", f"--eval-rows {eval_rows}",
+              f"--store {store}"]
     return " ".join(parts)

@@ -233,6 +233,7 @@ def fake_ablation_record(seed, scores, full, majority=0.5, metric="accuracy"):
     n = len(scores)
     matrix = [[float(scores[i][j]) if j >= i else float("nan") for j in range(n)] for i in range(n)]
     return {"key": {"task": "sst2", "settings": {"seed": seed}, "analysis": {"name": "span_ablation"}},
+            "best_metric": full + 0.01,
             "ablation": {"metric": metric, "full": full, "scores": matrix, "majority": majority}}
 
 
@@ -270,12 +271,13 @@ def test_the_printed_command_asks_for_exactly_the_ablations_looked_up():
     from adapterlab.cli import build_parser
     from adapterlab.training import TrainConfig
 
-    config = TrainConfig(bottleneck=64, init_scale=1e-2, max_steps=300, eval_every=150, batch_size=32)
+    config = TrainConfig(bottleneck=64, init_scale=1e-2, max_steps=300, eval_every=150, batch_size=32,
+                         precision="fp32")
     line = ablate_command_line("sst2", config, [0, 1, 2], 300)
     args = build_parser().parse_args(line.split()[3:])
     assert args.command == "ablate" and args.seeds == "0,1,2" and args.eval_rows == 300
     assert args.store == "data/reference_runs"
     rebuilt = TrainConfig(method=args.method, bottleneck=args.bottleneck, init_scale=args.init_scale,
                           learning_rate=args.lr, epochs=args.epochs, max_steps=args.steps,
-                          eval_every=args.eval_every, batch_size=args.batch_size)
+                          eval_every=args.eval_every, batch_size=args.batch_size, precision=args.precision)
     assert rebuilt == config

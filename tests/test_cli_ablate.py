@@ -33,6 +33,7 @@ def test_ablate_stores_each_seed_prints_the_spread_and_a_rerun_computes_nothing(
     records = ablations_in(store)
     assert [r["key"]["settings"]["seed"] for r in records] == [0, 1]
     assert all(r["key"]["analysis"] == {"name": "span_ablation", "eval_rows": 16} for r in records)
+    assert all(r["key"]["precision"] == "fp32" for r in records)  # the reference runs' precision by default
     assert len(RunStore(store).records()) == 4  # each ablation beside its training run
     assert out.count("(computed)") == 2 and "2 span ablations (2 computed now)" in out
     all_off = [r["ablation"]["scores"][0][-1] for r in records]
