@@ -23,6 +23,7 @@ from pathlib import Path
 from .data import TASKS
 from .lora_model import DEFAULT_LORA_ALPHA, DEFAULT_LORA_RANK, LORA_TARGET_SETS
 from .placement import METHODS, PLACEMENTS
+from .precision import PRECISIONS
 
 OK, FAILED, USAGE, INTERRUPTED = 0, 1, 2, 130
 
@@ -107,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--overwrite", action="store_true",
                        help="replace the run already in --out (only once the new run is written)")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    train.add_argument("--precision", default="auto", choices=PRECISIONS,
+                       help="auto (default): bf16 autocast where a short probe, cached per machine, finds it at least "
+                            "1.2x faster, else fp32; fp32 or bf16 force it. Evaluation runs in fp32")
 
     evaluate = commands.add_parser("evaluate", help="evaluate a saved adapter set on its task's dev set")
     evaluate.add_argument("--checkpoint", required=True, metavar="DIR", help="a folder written by `adapterlab train`")
@@ -141,6 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--store", default=None, metavar="DIR",
                        help="the run store (default: $ADAPTERLAB_RUNS, else runs/store in the project)")
     sweep.add_argument("--no-progress", action="store_true", help="no progress bar")
+    sweep.add_argument("--precision", default="fp32", choices=PRECISIONS,
+                       help="fp32 (default: the reference runs' precision, and the same on every shard's machine), "
+                            "bf16, or auto (bf16 where a cached probe finds it at least 1.2x faster)")
 
     ablate = commands.add_parser(
         "ablate", help="train a run per seed and store its span ablation (lab 8); a rerun skips stored seeds",
@@ -196,6 +203,7 @@ def _diverged_report(task: str, config, error) -> dict:
             "metrics": {}, "checkpoint": None, "config": config.as_dict(),
             "backbone": asdict(error.backbone_info) if error.backbone_info is not None else None,
             "data": error.data_description, "toy_data": error.toy_data,
+            "precision": error.precision.precision if error.precision is not None else None,
             "history": {"rows": history.rows(), **history.as_dict()}}
 
 
@@ -219,7 +227,7 @@ def train_command(args) -> int:
         config = TrainConfig(method=args.method, bottleneck=args.bottleneck, top_k=args.top_k, **_method_settings(args),
                              learning_rate=args.lr,
                              epochs=args.epochs, batch_size=args.batch_size, seed=args.seed,
-                             progress=not args.no_progress)
+                             progress=not args.no_progress, precision=args.precision)
         check_glue_setting(args.data, task)
         staging = prepare_run_folder(args.out, overwrite=args.overwrite)
     out = Path(args.out)
@@ -320,7 +328,7 @@ def sweep_command(args) -> int:
         base = TrainConfig(method=args.method, bottleneck=args.bottleneck, **_method_settings(args),
                            learning_rate=args.lr, epochs=args.epochs,
                            max_steps=args.steps, eval_every=args.eval_every, batch_size=args.batch_size,
-                           progress=False)
+                           progress=False, precision=args.precision)
         grid = parse_grid(args.grid, TrainConfig)
         configs = expand(base, grid, seeds)
         shard = parse_shard(args.shard)
@@ -340,7 +348,8 @@ def sweep_command(args) -> int:
     names = tuple(grid)
     for lookup in done:
         record = lookup.record
-        settings = ", ".join(f"{name}={record['key']['settings'][name]}" for name in names)
+        key = record["key"]
+        settings = ", ".join(f"{name}={key['settings'].get(name, key.get(name))}" for name in names)
         score = "diverged" if record.get("status") == "diverged" else f"{record['metric']} {record['best_metric']:.4f}"
         print(f"seed {record['key']['settings']['seed']}  {settings}  {score}  "
               f"({'stored' if lookup.stored else 'trained'})")
@@ -350,7 +359,8 @@ def sweep_command(args) -> int:
         spread = f"± {row['std']:.4f} (sample sd over {row['n']} seeds" if row["n"] > 1 else f"({row['n']} seed: no spread"
         print(f"{settings}: mean {row['mean']:.4f} {spread}{diverged})")
     print(f"{len(done)} runs of shard {shard[0]}/{shard[1]} ({sum(not l.stored for l in done)} trained now) "
-          f"in the run store {own}")
+          f"in {precisions or 'no precision'}, in the run store {own}")
+    precisions = " and ".join(sorted({lookup.record["key"]["precision"] for lookup in done}))
     return OK
 
 

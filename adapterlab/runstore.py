@@ -1,9 +1,10 @@
 """A store of finished training runs, so that a lab shows a result at once and any point can be re-trained.
 
 A run is decided by its *key*: the task, the backbone that really trains (the stand-in when
-bert-base-uncased cannot be had), a fingerprint of the exact train and dev rows, the numeric precision,
-and every training setting that changes the numbers (the seed among them; the progress bar and the
-device do not). Two runs with the same key give the same numbers up to the machine's arithmetic, so a
+bert-base-uncased cannot be had), a fingerprint of the exact train and dev rows, the precision it really
+trains in (fp32 or bf16, never "auto": :mod:`adapterlab.precision` resolves that first, which may load the
+backbone once per machine to probe it), and every training setting that changes the numbers (the seed
+among them; the progress bar and the device do not). Two runs with the same key give the same numbers up to the machine's arithmetic, so a
 stored run stands in for training again; runs that differ in any part of the key never stand in for
 each other.
 
@@ -15,7 +16,9 @@ history, the trained parameter count, wall time and the machine it ran on.
 
 Where runs are kept: ``$ADAPTERLAB_RUNS`` or ``runs/store`` in the project (the student's own runs),
 and ``data/reference_runs`` (reference runs made with ``adapterlab sweep`` and shipped with the labs).
-Labs 6–10 read both, the student's own first.
+Labs 6–10 read both, the student's own first. The reference runs are fp32: a lab that reads them asks
+for fp32 (``TrainConfig(precision="fp32")``), and a look-up that finds a run stored only in the other
+precision warns so, rather than missing it silently.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import json
 import math
 import os
 import platform
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,14 +38,14 @@ import torch
 from .backbones import expected_backbone
 from .checkpoints import write_durably
 from .data import Split, get_task, load_split
+from .evaluation import pick_device
 from .placement import METHODS, PLACEMENTS
+from .precision import RESOLVED, Choice, resolve
 
 STORE_ENV = "ADAPTERLAB_RUNS"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_STORE = PROJECT_ROOT / "runs" / "store"
 REFERENCE_STORE = PROJECT_ROOT / "data" / "reference_runs"
-#: The training loop computes in float32; a run in another precision gets another key.
-PRECISION = "fp32"
 #: Settings that do not change a run's numbers: how it is shown and where it runs. ``learning_rate`` is
 #: replaced by ``peak_learning_rate`` (None means the method's default rate).
 _NOT_IN_KEY = ("progress", "device", "learning_rate")
@@ -63,11 +67,17 @@ def data_fingerprint(*splits: Split) -> str:
 
 
 def run_key(task: str, config, backbone: str, train_split: Split, eval_split: Split,
-            precision: str = PRECISION) -> dict:
-    """What decides a run's numbers, as plain JSON values (see the module docstring)."""
+            precision: str | None = None) -> dict:
+    """What decides a run's numbers, as plain JSON values (see the module docstring). ``precision`` is the one
+    the run trains in (default: ``config.precision``, which must then be resolved already)."""
+    precision = config.precision if precision is None else precision
+    if precision not in RESOLVED:
+        raise ValueError(f"a run's key needs the precision it trains in, fp32 or bf16, not {precision!r}: "
+                         "resolve it first (adapterlab.precision.resolve or runstore.key_for)")
     settings = config.as_dict()
     for name in _NOT_IN_KEY:
         settings.pop(name)
+    settings.pop("precision")  # at the top level of the key, resolved; runs from before bf16 keep their keys
     for name, methods in _ONLY_FOR.items():
         if config.method not in methods:
             settings.pop(name)
@@ -211,12 +221,30 @@ class Lookup:
     result: object = None
 
 
+def precision_for(task: str, config, *, backbone: str = "bert-base-uncased", fallback: bool = True,
+                  load=None) -> Choice:
+    """The precision :func:`run_experiment` would train ``config`` in here. Only "auto" without a cached probe
+    loads the backbone, with ``load()`` when given (the panel's loaded copy), else :func:`load_backbone`."""
+    name = expected_backbone(backbone, fallback)
+
+    def load_model():
+        if load is not None:
+            return load()
+        from . import backbones  # looked up now, so that a test can replace load_backbone
+
+        return backbones.load_backbone(name, num_labels=get_task(task).num_labels, fallback=False, seed=config.seed)[0]
+
+    return resolve(config.precision, name, load=load_model, device=pick_device(config.device))
+
+
 def key_for(task: str, config, *, backbone: str = "bert-base-uncased", data_dir=None, max_train: int | None = None,
-            max_eval: int | None = None, fallback: bool = True) -> dict:
-    """The key of the run :func:`run_experiment` would train with these arguments; reads the data, not the backbone."""
+            max_eval: int | None = None, fallback: bool = True, load=None) -> dict:
+    """The key of the run :func:`run_experiment` would train with these arguments; reads the data, and the
+    backbone only to probe the precision "auto" once per machine (:func:`precision_for`)."""
+    choice = precision_for(task, config, backbone=backbone, fallback=fallback, load=load)
     return run_key(task, config, expected_backbone(backbone, fallback),
                    load_split(task, "train", data_dir, max_examples=max_train, seed=config.seed),
-                   load_split(task, "dev", data_dir, max_examples=max_eval, seed=config.seed))
+                   load_split(task, "dev", data_dir, max_examples=max_eval, seed=config.seed), choice.precision)
 
 
 def find(key: dict, stores: list[RunStore] | None = None) -> Lookup | None:
@@ -228,16 +256,32 @@ def find(key: dict, stores: list[RunStore] | None = None) -> Lookup | None:
     return None
 
 
+def warn_if_stored_in_other_precision(key: dict, stores: list[RunStore] | None = None) -> None:
+    """Called when ``key`` is not stored: warn when the same run is stored in the other precision, which does
+    not stand in for it (the reference runs are fp32; "auto" may have resolved to bf16 here)."""
+    other = next(p for p in RESOLVED if p != key["precision"])
+    article = "an" if other == "fp32" else "a"
+    found = find({**key, "precision": other}, stores)
+    if found is not None:
+        warnings.warn(f"no {key['precision']} run of these settings is stored, but {article} {other} one is (in "
+                      f"{found.store.folder.name}); runs of different precisions do not stand in for each other: "
+                      f"pass precision={other!r} in the TrainConfig to read it", stacklevel=3)
+
+
 def stored_runs(task: str, configs, **load_args) -> list[dict | None]:
     """The stored record of each config's run (None where it is not stored), without training anything.
 
     ``load_args`` are :func:`key_for`'s (backbone, data_dir, max_train, max_eval, fallback) and
-    ``stores``. Labs 6-10 read their multi-seed figures this way; :func:`summarize` groups the records.
+    ``stores``. Labs 6-10 read their multi-seed figures this way, with ``precision="fp32"`` in the configs
+    for the reference runs; :func:`summarize` groups the records.
     """
     stores = load_args.pop("stores", None)
     records = []
     for config in configs:
-        found = find(key_for(task, config, **load_args), stores)
+        key = key_for(task, config, **load_args)
+        found = find(key, stores)
+        if found is None:
+            warn_if_stored_in_other_precision(key, stores)
         records.append(None if found is None else found.record)
     return records
 
@@ -245,7 +289,7 @@ def stored_runs(task: str, configs, **load_args) -> list[dict | None]:
 def run_or_load(task: str, config, *, backbone: str = "bert-base-uncased", data_dir=None,
                 max_train: int | None = None, max_eval: int | None = None, fallback: bool = True,
                 stores: list[RunStore] | None = None, retrain: bool = False, callback=None,
-                trainer=None) -> Lookup:
+                trainer=None, loader=None) -> Lookup:
     """A stored run with these settings, or train it now and store it (in the first writable store).
 
     ``retrain=True`` trains again even when the run is stored (and replaces the stored record). The
@@ -253,7 +297,9 @@ def run_or_load(task: str, config, *, backbone: str = "bert-base-uncased", data_
     Runs stopped early are not stored: they would stand in for a full run. A run that diverges is a
     result too (an init scale or learning rate that blows up): it is stored and returned with
     ``status`` "diverged", its message in ``error`` and no metric. ``trainer`` replaces
-    :func:`adapterlab.training.run_experiment` (same arguments).
+    :func:`adapterlab.training.run_experiment` (same arguments); ``loader`` goes to it and to the precision
+    probe (:func:`precision_for`), so that a caller holding the backbone loaded (the panel) lends it. The
+    precision is resolved before the key is made; a run is stored under the precision it really trained in.
     """
     from .training import TrainingDiverged, run_experiment
 
@@ -262,23 +308,35 @@ def run_or_load(task: str, config, *, backbone: str = "bert-base-uncased", data_
     writable = next((store for store in stores if not store.read_only), None)
     if writable is None:
         raise ValueError("no writable run store: give one that is not read-only")
+    load = None
+    if loader is not None:
+        def load():
+            return loader(task, backbone, data_dir, max_train, max_eval, fallback, config.seed).model
     key = key_for(task, config, backbone=backbone, data_dir=data_dir, max_train=max_train, max_eval=max_eval,
-                  fallback=fallback)
+                  fallback=fallback, load=load)
     if not retrain:
         found = find(key, stores)
         if found is not None:
             return found
+        warn_if_stored_in_other_precision(key, stores)
+    lend = {} if loader is None else {"loader": loader}
     try:
         result = trainer(task, config, backbone=backbone, data_dir=data_dir, max_train=max_train,
-                         max_eval=max_eval, callback=callback, fallback=fallback)
+                         max_eval=max_eval, callback=callback, fallback=fallback, **lend)
     except TrainingDiverged as error:
-        record = make_diverged_record(key, error)
+        record = make_diverged_record(_as_trained(key, error.precision), error)
         writable.put(record)
         return Lookup(record, False, writable)
-    record = make_record(key, result)
+    record = make_record(_as_trained(key, result.precision), result)
     if not result.interrupted:
         writable.put(record)
     return Lookup(record, False, writable, result)
+
+
+def _as_trained(key: dict, choice: Choice | None) -> dict:
+    """The key with the precision the run really trained in (the same as the key's unless the probe's cache
+    could not be written and a second probe decided otherwise)."""
+    return key if choice is None else {**key, "precision": choice.precision}
 
 
 def history_of(record: dict):

@@ -6,6 +6,11 @@ starting at the I-th (counting from 1), so N processes, machines or GPUs of a ba
 grid without talking to each other; each run is stored in the run store as it finishes
 (:mod:`adapterlab.runstore`), the store merges the shards' results, and a sweep started again skips every
 run already stored — an interrupted sweep resumes where it stopped.
+
+Every run trains in its config's precision (:mod:`adapterlab.precision`). ``adapterlab sweep`` defaults to
+fp32: the reference runs are fp32, and "auto" could resolve to bf16 on one shard's machine and fp32 on
+another's, splitting one grid into two precisions that never stand in for each other. ``--precision bf16``
+(or ``--grid precision=fp32,bf16`` to compare the two) is for a machine that computes bf16 fast.
 """
 
 from __future__ import annotations

@@ -75,3 +75,11 @@ def batch() -> dict:
 def own_run_store(tmp_path_factory, monkeypatch):
     """Every test stores its training runs in a fresh folder, never in the project's runs/store."""
     monkeypatch.setenv("ADAPTERLAB_RUNS", str(tmp_path_factory.mktemp("runs")))
+
+
+@pytest.fixture(autouse=True)
+def fp32_and_own_probe_cache(tmp_path_factory, monkeypatch):
+    """Precision "auto" means fp32 in tests, so that no number depends on how fast this CPU computes bf16,
+    and precision probes are cached in a fresh folder, never in the user's cache."""
+    monkeypatch.setenv("ADAPTERLAB_PRECISION", "fp32")
+    monkeypatch.setenv("ADAPTERLAB_CACHE", str(tmp_path_factory.mktemp("cache")))

@@ -9,12 +9,13 @@ import statistics
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from adapterlab import runstore, sweep
-from adapterlab.backbones import TINY
+from adapterlab import precision, runstore, sweep
+from adapterlab.backbones import TINY, load_backbone
 from adapterlab.data import load_split
 from adapterlab.runstore import RunStore, run_key, run_or_load, summarize
 from adapterlab.training import TrainConfig
@@ -67,15 +68,89 @@ def test_a_different_setting_is_a_different_run(tmp_path, change):
     assert not other.stored and len(store) == 2
 
 
-def test_the_key_holds_data_backbone_and_precision():
+def test_the_key_holds_data_backbone_and_the_resolved_precision():
     train, dev = load_split("sst2", "train", max_examples=48), load_split("sst2", "dev", max_examples=32)
-    key = run_key("sst2", config(), TINY, train, dev)
-    fewer = run_key("sst2", config(), TINY, load_split("sst2", "train", max_examples=40), dev)
-    assert key["toy_data"] is True and key["train_rows"] == 48 and key["precision"] == runstore.PRECISION
+    key = run_key("sst2", config(precision="fp32"), TINY, train, dev)
+    fewer = run_key("sst2", config(precision="fp32"), TINY, load_split("sst2", "train", max_examples=40), dev)
+    assert key["toy_data"] is True and key["train_rows"] == 48 and key["precision"] == "fp32"
     assert fewer["data"] != key["data"]
-    assert runstore.run_id(run_key("sst2", config(), "all-MiniLM-L6-v2", train, dev)) != runstore.run_id(key)
-    assert runstore.run_id(run_key("sst2", config(), TINY, train, dev, precision="bf16")) != runstore.run_id(key)
+    standin = run_key("sst2", config(precision="fp32"), "all-MiniLM-L6-v2", train, dev)
+    assert runstore.run_id(standin) != runstore.run_id(key)
+    bf16 = run_key("sst2", config(precision="bf16"), TINY, train, dev)
+    assert bf16["precision"] == "bf16" and runstore.run_id(bf16) != runstore.run_id(key)
+    assert "precision" not in key["settings"] and {**bf16, "precision": "fp32"} == key
     assert key["settings"]["peak_learning_rate"] == config().peak_learning_rate
+    with pytest.raises(ValueError, match="needs the precision it trains in.*not 'auto'"):
+        run_key("sst2", config(precision="auto"), TINY, train, dev)
+
+
+def test_auto_is_resolved_before_the_key_is_made(monkeypatch):
+    """key_for resolves "auto" with the cached probe: a machine where bf16 is fast keys the run as bf16."""
+    monkeypatch.delenv(precision.PRECISION_ENV)
+    model = load_backbone(TINY)[0]
+    precision.resolve("auto", TINY, model=model, timer=lambda m, b, chosen, d: {"fp32": 2.0, "bf16": 1.0}[chosen])
+    monkeypatch.setattr("adapterlab.backbones.load_backbone", no_training)  # the probe is cached: no loading
+    key = runstore.key_for("sst2", config(), backbone=TINY, max_train=48, max_eval=32)
+    assert key["precision"] == "bf16"
+    assert runstore.key_for("sst2", config(precision="fp32"), backbone=TINY, max_train=48, max_eval=32) == {
+        **key, "precision": "fp32"}
+
+
+def test_runs_of_different_precisions_never_stand_in_for_each_other(tmp_path):
+    store = RunStore(tmp_path)
+    bf16 = lookup(store, config(precision="bf16"))
+    assert bf16.record["key"]["precision"] == "bf16" and bf16.result.config.precision == "bf16"
+    with pytest.warns(UserWarning, match="no fp32 run of these settings is stored, but a bf16 one is"):
+        fp32 = lookup(store, config(precision="fp32"))
+    assert not fp32.stored and fp32.record["key"]["precision"] == "fp32" and len(store) == 2
+    assert lookup(store, config(precision="bf16")).stored
+    assert lookup(store, config()).record["key"]["precision"] == "fp32"  # "auto", pinned to fp32 by the suite
+
+
+def test_an_unprobed_auto_loads_the_backbone_once_to_probe_then_answers_without_loading(tmp_path, monkeypatch):
+    import adapterlab.backbones as backbones
+
+    monkeypatch.delenv(precision.PRECISION_ENV)
+    real, loads = backbones.load_backbone, []
+    monkeypatch.setattr(backbones, "load_backbone", lambda *a, **k: loads.append(a[0]) or real(*a, **k))
+    store = RunStore(tmp_path)
+    first = lookup(store, config())
+    assert loads == [TINY, TINY]  # the probe, then the training run
+    decided = precision.resolve("auto", TINY, load=no_training)  # cached by the first look-up
+    assert first.record["key"]["precision"] == decided.precision == first.result.config.precision
+    assert first.result.precision == decided
+    loads.clear()
+    assert lookup(store, config()).stored and loads == []
+
+
+GLUE = ROOT.parent / "shared" / "data" / "glue"
+
+
+@pytest.mark.skipif(not (GLUE / "SST-2" / "train.tsv").is_file(), reason="needs the GLUE folder of the reference runs")
+def test_a_shipped_fp32_reference_run_is_found_by_an_fp32_config_and_by_no_other(tmp_path, monkeypatch):
+    """A copy of a reference run (made before runs had a precision setting) keeps its key: an fp32 config
+    finds it; bf16, or "auto" on a machine where bf16 is fast, does not, and says that an fp32 run is there."""
+    shipped = sorted((ROOT / "data" / "reference_runs").glob("*.json"))
+    record = json.loads(shipped[0].read_text())
+    reference = RunStore(tmp_path / "reference_runs", read_only=True)
+    reference.folder.mkdir()
+    (reference.folder / shipped[0].name).write_text(shipped[0].read_text())
+    key, settings = record["key"], dict(record["key"]["settings"])
+    cfg = TrainConfig(**{name: value for name, value in settings.items() if name != "peak_learning_rate"},
+                      learning_rate=settings["peak_learning_rate"], precision="fp32", progress=False)
+    full_train = len(load_split(key["task"], "train", GLUE))
+    full_eval = len(load_split(key["task"], "dev", GLUE))
+    args = dict(backbone=key["backbone"], data_dir=GLUE, stores=[reference],
+                max_train=None if key["train_rows"] == full_train else key["train_rows"],
+                max_eval=None if key["eval_rows"] == full_eval else key["eval_rows"])
+    assert runstore.stored_runs(key["task"], [cfg], **args) == [record]
+    with pytest.warns(UserWarning, match="no bf16 run .* but an fp32 one is .*reference_runs.*precision='fp32'"):
+        assert runstore.stored_runs(key["task"], [replace(cfg, precision="bf16")], **args) == [None]
+    monkeypatch.delenv(precision.PRECISION_ENV)
+    fast = {"fp32": 1.5, "bf16": 1.0}
+    precision.resolve("auto", key["backbone"], model=load_backbone(TINY)[0], timer=lambda m, b, chosen, d: fast[chosen])
+    with pytest.warns(UserWarning, match="no bf16 run"):
+        assert runstore.stored_runs(key["task"], [replace(cfg, precision="auto")], **args) == [None]
 
 
 def test_the_default_learning_rate_and_the_same_rate_given_are_one_run(tmp_path):
@@ -250,6 +325,22 @@ def test_sweep_command_interrupted_exits_130_and_says_how_to_resume(tmp_path, ca
     assert len(RunStore(tmp_path)) == 1
 
 
+def test_sweep_command_trains_in_the_precision_asked_fp32_by_default(tmp_path, capsys):
+    from adapterlab.cli import main
+
+    assert main(sweep_args(tmp_path, "--grid", "precision=fp32,bf16", "--seeds", "0")) == 0
+    out = capsys.readouterr().out
+    assert "precision=fp32" in out and "precision=bf16" in out and "in bf16 and fp32, in the run store" in out
+    assert sorted(r["key"]["precision"] for r in RunStore(tmp_path).records()) == ["bf16", "fp32"]
+    assert main(sweep_args(tmp_path, "--precision", "bf16", "--seeds", "0")) == 0
+    assert "(stored)" in capsys.readouterr().out
+    assert main(sweep_args(tmp_path, "--seeds", "0")) == 0
+    out = capsys.readouterr().out
+    assert "(stored)" in out and "in fp32, in the run store" in out
+    assert main(sweep_args(tmp_path, "--precision", "fp16")) == 2
+    assert "invalid choice: 'fp16'" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("bad, message", [(["--grid", "rank=4"], "no training setting 'rank'"),
                                           (["--seeds", "0,0"], "distinct"), (["--seeds", "x"], "comma-separated"),
                                           (["--shard", "3/2"], "1 <= I <= N"), (["--grid", "bottleneck=0"], "bottleneck")])
@@ -272,6 +363,7 @@ def test_a_diverged_run_is_stored_as_diverged_and_left_out_of_the_mean(tmp_path,
     assert again.stored and again.record["status"] == "diverged"
     (row,) = summarize([again.record], by=("learning_rate",))
     assert row["diverged"] == 1 and row["n"] == 0
+
 
 def test_lora_settings_enter_only_lora_run_keys():
     """A setting added for a new method leaves every other method's keys (and the stored runs) as they were."""

@@ -19,6 +19,7 @@ from adapterlab import plots, training
 from adapterlab.backbones import STANDIN, TINY, load_backbone, standin_installed
 from adapterlab.data import load_split, tokenize
 from adapterlab.placement import METHODS, apply_method, trainable_summary
+from adapterlab.precision import PRECISION_ENV, Choice, resolve
 from adapterlab.training import (
     DIVERGENCE_FACTOR,
     DIVERGENCE_STEPS,
@@ -311,6 +312,71 @@ def test_history_rows_table_and_figure():
     assert "fraction" in figure.layout.yaxis2.title.text
 
 
+# -------------------------------------------------------------------------------------- precision
+
+
+def record_linear_outputs(model) -> set:
+    """(training mode, dtype) of every nn.Linear output the model computes from now on."""
+    seen = set()
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear):
+            module.register_forward_hook(lambda layer, inputs, output: seen.add((layer.training, output.dtype)))
+    return seen
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_bf16_trains_every_method_in_bf16_with_fp32_weights_and_evaluates_in_fp32(method):
+    model, tokenizer = tiny(method)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    flags = {n: p.requires_grad for n, p in model.named_parameters()}
+    seen = record_linear_outputs(model)
+    dev = toy(tokenizer, "dev")
+    result = train(model, toy(tokenizer, rows=192), dev,
+                   config(method=method, max_steps=4, learning_rate=1e-2, precision="bf16"))
+    assert all(math.isfinite(v) for v in result.history.loss) and len(result.history.loss) == 4
+    assert seen == {(True, torch.bfloat16), (False, torch.float32)}  # training forward in bf16, evaluation fp32
+    assert result.config.precision == "bf16" and result.precision == Choice("bf16", "bf16")
+    for name, parameter in model.named_parameters():
+        assert parameter.dtype == torch.float32, f"{name} is {parameter.dtype}: master weights must stay fp32"
+        if flags[name]:
+            assert not torch.equal(parameter, before[name]), f"{name} is trainable but did not change"
+        else:
+            assert torch.equal(parameter, before[name]), f"{name} is frozen but changed"
+    assert result.metrics == pytest.approx(evaluate(model, dev))  # the reported metrics are an fp32 evaluation
+
+
+def test_auto_in_train_resolves_with_the_probe_cached_under_the_models_shape(monkeypatch):
+    monkeypatch.delenv(PRECISION_ENV)
+    model, tokenizer = tiny("houlsby")
+    fast = {"fp32": 3, "bf16": 1}
+    resolve("auto", training._shape_name(model), model=model, timer=lambda m, b, chosen, d: fast[chosen])
+    result = train(model, toy(tokenizer), None, config(max_steps=1))
+    assert result.config.precision == "bf16" and result.precision == Choice("bf16", "auto", 3.0)
+
+
+def test_run_experiment_prints_the_precision_under_the_backbone_line(capsys):
+    result = run_experiment("sst2", config(max_steps=1, precision="bf16", progress=True), backbone=TINY,
+                            max_train=32, max_eval=16)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == result.backbone_info.describe()
+    assert lines[1] == "Precision: bf16 (as asked; evaluation in fp32)"
+    assert result.summary().splitlines()[:2] == lines[:2]
+
+
+@pytest.mark.parametrize("flag, expected", [([], ("fp32", "auto")), (["--precision", "bf16"], ("bf16", "bf16"))])
+def test_metrics_json_records_the_precision_the_run_trained_in(tmp_path, flag, expected):
+    from adapterlab.cli import main
+
+    out = tmp_path / "run"
+    args = ["train", "--backbone", TINY, "--max-train", "32", "--max-eval", "16", "--bottleneck", "4",
+            "--no-progress", "--out", str(out), *flag]
+    assert main(args) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    used, requested = expected
+    assert metrics["precision"] == metrics["config"]["precision"] == used
+    assert metrics["precision_choice"]["requested"] == requested  # "auto" is pinned to fp32 in the test suite
+
+
 # -------------------------------------------------------------------------------------- validation
 
 
@@ -319,7 +385,7 @@ def test_history_rows_table_and_figure():
     ("train_layernorm", "yes"), ("top_k", 1.5), ("learning_rate", 0.0), ("learning_rate", float("nan")),
     ("epochs", 0), ("max_steps", 0), ("batch_size", True), ("eval_batch_size", 0), ("warmup_ratio", 1.0),
     ("weight_decay", -0.1), ("max_grad_norm", 0.0), ("eval_every", -5), ("order", "random"), ("seed", -1),
-    ("device", 3), ("progress", None),
+    ("device", 3), ("progress", None), ("precision", "fp16"),
 ])
 def test_bad_config_fields_are_named(field, value):
     with pytest.raises(ValueError, match=field):
