@@ -10,6 +10,11 @@ evaluation, and the finished run is stored. The controls are plain attributes
 (``panel.bottleneck.value = 8``, ``panel.train_button.click()``) so that a test can drive the panel
 without a browser.
 
+The panel starts at fp32, the precision of the reference runs, so that their settings answer at once; its
+precision menu offers "auto" and bf16 to train faster where the CPU computes bf16 fast
+(:mod:`adapterlab.precision`), and every run's row and status line say its precision. The panel keeps the
+backbone and the tokenized data loaded between runs (:meth:`TrainingPanel.load`): each run trains a copy.
+
 The chart is an ``ipywidgets.Output`` holding plotly's JSON output (rendered by JupyterLab's plotly
 extension), not a plotly ``FigureWidget``: that one needs the ``anywidget`` package, which the lab
 does not otherwise need.
@@ -17,6 +22,7 @@ does not otherwise need.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import html
 
@@ -25,10 +31,17 @@ from tqdm.auto import tqdm
 
 from .plots import display_data, training_figure
 from .placement import PLACEMENTS
+from .precision import check_precision
 from .profiles import current_profile
-from .runstore import default_stores, history_of, run_or_load
-from .training import TrainConfig, run_experiment
+from .runstore import default_stores, history_of, precision_for, run_or_load
+from .training import TrainConfig, load_experiment, run_experiment
 
+#: The precision menu: fp32 first, the precision of the reference runs the panel reads.
+PRECISION_CHOICES = (
+    ("fp32 (as the reference runs)", "fp32"),
+    ("auto: bf16 where faster here", "auto"),
+    ("bf16 (autocast)", "bf16"),
+)
 #: Bottleneck sizes the slider offers (powers of two, as in the paper's sweep up to 256).
 BOTTLENECKS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 #: The methods the placement menu offers: the three adapter placements, LoRA and BitFit beside them, and
@@ -49,7 +62,8 @@ class TrainingPanel:
     ``task``, ``backbone``, ``data_dir``, ``max_train``, ``max_eval`` and ``fallback`` go to
     :func:`run_experiment` unchanged; ``backbone``, the data sizes and ``steps`` default to the
     current profile (``ADAPTERLAB_PROFILE``). ``config`` holds every training setting the panel does
-    not show (batch size, warmup, seed, ...). Display the panel by leaving it last in a cell.
+    not show (batch size, warmup, seed, ...); ``precision`` is where the precision menu starts (fp32: the
+    reference runs' precision). Display the panel by leaving it last in a cell.
     """
 
     def __init__(
@@ -63,6 +77,7 @@ class TrainingPanel:
         config: TrainConfig | None = None,
         steps: int | None = None,
         stores=None,
+        precision: str = "fp32",
     ):
         profile = current_profile()
         self.task = task
@@ -79,6 +94,7 @@ class TrainingPanel:
         self.figure = None
         self.last_result = None
         self.last_record = None
+        self._loaded = {}  # the backbone and data each (task, backbone, data, sizes, seed) loaded, kept pristine
 
         look = dict(style={"description_width": "8em"}, layout={"width": "26em"})
         slider = dict(look, continuous_update=False)
@@ -93,6 +109,8 @@ class TrainingPanel:
         self.steps = widgets.IntSlider(
             value=steps, min=10, max=max(2000, steps), step=10, description="steps", **slider
         )
+        self.precision = widgets.Dropdown(options=PRECISION_CHOICES, value=check_precision(precision),
+                                          description="precision", **look)
         self.train_button = widgets.Button(description="Train", button_style="primary", icon="play")
         self.retrain_button = widgets.Button(description="Train again", icon="refresh", disabled=True,
                                              tooltip="re-train these settings instead of showing the stored run")
@@ -104,7 +122,7 @@ class TrainingPanel:
         self.retrain_button.on_click(lambda _: self.train_once(retrain=True))
         self.placement.observe(self._placement_changed, names="value")
         controls = widgets.VBox(
-            [self.placement, self.bottleneck, self.init_scale, self.learning_rate, self.steps],
+            [self.placement, self.bottleneck, self.init_scale, self.learning_rate, self.steps, self.precision],
             layout={"flex": "0 0 auto", "width": "28em"},  # the sliders keep their width and readouts
         )
         buttons = widgets.HBox([self.train_button, self.retrain_button])
@@ -129,10 +147,29 @@ class TrainingPanel:
             init_scale=self.init_scale.value,
             learning_rate=self.learning_rate.value,
             max_steps=self.steps.value,
+            precision=self.precision.value,
             # Unless the config says otherwise, evaluate halfway and at the end: the chart moves
             # during the run, and evaluations stay a small share of its time.
             eval_every=self.config.eval_every or max(self.steps.value // 2, 1),
         )
+
+    def load(self, task, backbone, data_dir, max_train, max_eval, fallback, seed):
+        """:func:`adapterlab.training.load_experiment`, loaded once per set of arguments and kept: every call
+        returns the data and a fresh copy of the backbone as it was loaded (training changes the copy)."""
+        key = (getattr(task, "name", task), backbone, str(data_dir), max_train, max_eval, fallback, seed)
+        if key not in self._loaded:
+            self._loaded[key] = load_experiment(task, backbone, data_dir, max_train, max_eval, fallback, seed)
+        pristine = self._loaded[key]
+        return dataclasses.replace(pristine, model=copy.deepcopy(pristine.model))
+
+    def _resolved(self, config: TrainConfig) -> TrainConfig:
+        """``config`` with "auto" replaced by the precision it trains in here (probed once, on the kept backbone)."""
+        def load():
+            return self.load(self.task, self.backbone, self.data_dir, self.max_train, self.max_eval, self.fallback,
+                             config.seed).model
+
+        choice = precision_for(self.task, config, backbone=self.backbone, fallback=self.fallback, load=load)
+        return dataclasses.replace(config, precision=choice.precision)
 
     def _show(self, history) -> None:
         self.figure = training_figure(history)
@@ -151,7 +188,7 @@ class TrainingPanel:
                 found = run_or_load(self.task, config, backbone=self.backbone, data_dir=self.data_dir,
                                     max_train=self.max_train, max_eval=self.max_eval, fallback=self.fallback,
                                     stores=self.stores, retrain=retrain, callback=self._show,
-                                    trainer=run_experiment)
+                                    trainer=run_experiment, loader=self.load)
         finally:
             self.train_button.disabled = False
         record, number = found.record, len(self.runs) + 1
@@ -165,11 +202,13 @@ class TrainingPanel:
         self._show(found.result.history if found.result is not None else history_of(record))
         if found.stored:
             self.status.value = (f"Run {number}: <b>stored result</b> of these settings, trained {record['created'][:10]} "
-                                 f"on {record['machine']['cpus']} CPUs ({html.escape(record['backbone_info'] or '')}); "
+                                 f"in {record['key']['precision']} on {record['machine']['cpus']} CPUs "
+                                 f"({html.escape(record['backbone_info'] or '')}); "
                                  "press <b>Train again</b> to check it")
             return None
         interrupted = " (stopped early)" if found.result.interrupted else ""
-        self.status.value = f"Run {number} finished{interrupted}: {html.escape(found.result.backbone_info.describe())}"
+        self.status.value = (f"Run {number} finished{interrupted} in {record['key']['precision']}: "
+                             f"{html.escape(found.result.backbone_info.describe())}")
         return found.result
 
     def sweep(self, control: str, values, steps: int | None = None) -> list[dict]:
@@ -192,7 +231,7 @@ class TrainingPanel:
         try:
             for value in tqdm(list(values), desc=f"sweep over {control}", unit="run"):
                 widget.value = value
-                earlier = self._earlier_run(self.settings())
+                earlier = self._earlier_run(self._resolved(self.settings()))
                 if earlier is None:
                     self.train_once()
                     earlier = self.runs[-1]
@@ -223,9 +262,10 @@ class TrainingPanel:
             "init_scale": config.init_scale if adapters else None,
             "learning_rate": config.learning_rate,
             "steps": config.max_steps,
-            "key": _settings_key(config),
+            "precision": record["key"]["precision"] if "key" in record else record["precision"],
             "stored": stored,
         }
+        row["key"] = _settings_key(dataclasses.replace(config, precision=row["precision"]))
         if record.get("status") == "diverged":
             return {**row, "metric": "diverged", "value": None, "trained": None, "percent": None, "seconds": None}
         return {
@@ -239,7 +279,7 @@ class TrainingPanel:
 
     def _table_html(self) -> str:
         headers = ["run", "placement", "r", "init scale", "learning rate", "steps", "dev metric", "trained params",
-                   "% of backbone", "train time", "from"]
+                   "% of backbone", "train time", "precision", "from"]
         if not self.runs:
             body = f"<tr><td colspan='{len(headers)}'><i>no runs yet</i></td></tr>"
         else:
@@ -260,6 +300,7 @@ class TrainingPanel:
             str(row["run"]), row["placement"], fmt(row["bottleneck"], "d"), fmt(row["init_scale"], ".0e"),
             fmt(row["learning_rate"], ".0e"), str(row["steps"]), metric, fmt(row["trained"], ","),
             fmt(row["percent"], ".2f"), "–" if row["seconds"] is None else f"{row['seconds']:.1f} s",
+            row["precision"],
             "store" if row["stored"] else "trained here",
         ]
         return "<tr>" + "".join(f"<td style='padding:2px 8px'>{html.escape(c)}</td>" for c in cells) + "</tr>"
@@ -267,7 +308,8 @@ class TrainingPanel:
 
 def _settings_key(config: TrainConfig) -> tuple:
     """What decides a run's numbers: every setting except how it is shown (progress bar) and where it
-    runs; the learning rate as the peak rate actually used (None means the method's default)."""
+    runs; the learning rate as the peak rate actually used (None means the method's default); the precision
+    as the run resolved it (fp32 or bf16)."""
     settings = config.as_dict()
     for ignored in ("progress", "device", "learning_rate"):
         settings.pop(ignored)
@@ -278,4 +320,5 @@ def _result_record(result) -> dict:
     """The fields of a stored run that the table shows, from a TrainResult trained outside the panel."""
     return {"metric": result.history.metric, "best_metric": result.best_metric,
             "trained_parameters": result.trainable["total_trainable"],
-            "percent_of_backbone": result.trainable["percent_of_backbone"], "train_seconds": result.train_seconds}
+            "percent_of_backbone": result.trainable["percent_of_backbone"], "train_seconds": result.train_seconds,
+            "precision": result.config.precision}

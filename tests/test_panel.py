@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -14,8 +15,8 @@ from adapterlab.panel import TrainingPanel
 from adapterlab.training import History, TrainConfig, TrainingDiverged
 
 D, LAYERS, LABELS = TINY_CONFIG["hidden_size"], TINY_CONFIG["num_hidden_layers"], 2
-# Trained by every method: pooler (d×d + d) and classifier (d×labels + labels).
-HEAD = D * D + D + D * LABELS + LABELS
+# Trained by every method: the classifier (d×labels + labels); the pretrained pooler stays frozen by default.
+HEAD = D * LABELS + LABELS
 # Trained with adapters: two LayerNorms per layer and the embeddings' one, 2d each.
 LAYERNORMS = (2 * LAYERS + 1) * 2 * D
 
@@ -168,7 +169,11 @@ def test_lab_7s_first_run_has_the_settings_its_panel_sweeps_will_ask_for(variant
     lab_run = TrainConfig(method="houlsby", bottleneck=64, init_scale=1e-2, learning_rate=1e-3,
                           max_steps=profile.steps, batch_size=profile.batch_size,
                           eval_every=max(profile.steps // 2, 1), seed=profile.seed)
-    assert panel_module._settings_key(panel.settings()) == panel_module._settings_key(lab_run)
+    # The lab's run trains in "auto"; the panel starts at fp32. They are one run where "auto" resolves to
+    # fp32; where bf16 is faster they are two, and the panel finds its fp32 run among the reference runs.
+    assert panel.settings().precision == "fp32" and lab_run.precision == "auto"
+    fp32_lab_run = replace(lab_run, precision="fp32")
+    assert panel_module._settings_key(panel.settings()) == panel_module._settings_key(fp32_lab_run)
 
 
 def test_a_stored_setting_answers_without_training_and_train_again_checks_it(panel, monkeypatch):
@@ -196,3 +201,74 @@ def test_a_stored_setting_answers_without_training_and_train_again_checks_it(pan
     assert again.last_result is not None and not again.runs[-1]["stored"]
     assert again.last_result.best_metric == pytest.approx(first.best_metric)
     assert again.retrain_button.disabled and ">trained here<" in again.table.value
+
+
+# ------------------------------------------------------------------------------------- precision and loading
+
+
+def test_the_precision_menu_starts_at_fp32_and_every_row_says_its_precision(panel):
+    assert panel.precision.value == "fp32" and panel.settings().precision == "fp32"
+    assert [value for _, value in panel_module.PRECISION_CHOICES] == ["fp32", "auto", "bf16"]
+    panel.bottleneck.value = 4
+    panel.train_once()
+    panel.precision.value = "bf16"
+    result = panel.train_once()
+    assert result.config.precision == "bf16" and panel.last_record["key"]["precision"] == "bf16"
+    assert [row["precision"] for row in panel.runs] == ["fp32", "bf16"]
+    assert "<th style='padding:2px 8px'>precision</th>" in panel.table.value and ">bf16<" in panel.table.value
+    assert "finished in bf16" in panel.status.value
+    with pytest.raises(ValueError, match="precision must be"):
+        TrainingPanel("sst2", backbone=TINY, data_dir=TOY_DIR, precision="fp16")
+
+
+def test_a_second_click_trains_a_fresh_copy_of_the_backbone_loaded_once(panel, monkeypatch):
+    """The panel loads backbone and data once per task; every run starts from the backbone as loaded, so a
+    run trained on the kept copy equals the same run trained from a fresh load."""
+    loads = []
+    real = panel_module.load_experiment
+    monkeypatch.setattr(panel_module, "load_experiment", lambda *args: loads.append(args) or real(*args))
+    panel.bottleneck.value = 4
+    panel.placement.value = "head"  # trains the loaded model's own classifier: the next run must not start from it
+    panel.learning_rate.value = 1e-2
+    panel.train_once()
+    panel.placement.value = "houlsby"
+    second = panel.train_once()
+    assert len(loads) == 1
+    fresh = real(*loads[0])
+    assert second.model is not fresh.model
+    alone = panel_module.run_experiment("sst2", panel.settings(), backbone=TINY, data_dir=TOY_DIR, max_train=64,
+                                        max_eval=32)
+    assert second.history.loss == alone.history.loss and second.best_metric == alone.best_metric
+
+
+def test_a_stored_fp32_run_answers_the_fp32_panel_and_its_status_says_fp32(panel, monkeypatch):
+    panel.train_once()
+    again = TrainingPanel("sst2", backbone=TINY, data_dir=TOY_DIR, max_train=64, max_eval=32, config=panel.config,
+                          steps=10)
+
+    def must_not_load(*args, **kwargs):
+        raise AssertionError("loaded a backbone for a stored run")
+
+    monkeypatch.setattr(panel_module, "load_experiment", must_not_load)
+    assert again.train_once() is None and again.runs[0]["stored"] and "in fp32 on" in again.status.value
+    again.precision.value = "bf16"  # the stored fp32 run does not stand in for a bf16 one
+    with pytest.raises(AssertionError, match="loaded a backbone"), pytest.warns(UserWarning, match="an fp32 one is"):
+        again.train_once()
+
+
+def test_auto_in_the_panel_probes_once_on_the_kept_backbone(panel, monkeypatch):
+    from adapterlab import precision
+
+    monkeypatch.delenv(precision.PRECISION_ENV)
+    loads, probes = [], []
+    real_load, real_probe = panel_module.load_experiment, precision.probe
+    monkeypatch.setattr(panel_module, "load_experiment", lambda *args: loads.append(1) or real_load(*args))
+    monkeypatch.setattr(precision, "probe", lambda *args, **kw: probes.append(1) or real_probe(*args, **kw))
+    panel.precision.value = "auto"
+    panel.bottleneck.value = 4
+    first = panel.train_once()
+    panel.bottleneck.value = 8
+    second = panel.train_once()
+    assert loads == [1] and probes == [1]
+    assert first.config.precision == second.config.precision == panel.runs[1]["precision"]
+    assert first.precision.requested == "auto"
