@@ -201,9 +201,9 @@ def _diverged_report(task: str, config, error) -> dict:
     history = error.history
     return {"status": "diverged", "task": task, "error": str(error), "diverged_at_step": error.step,
             "metrics": {}, "checkpoint": None, "config": config.as_dict(),
+            "precision": error.precision.precision if error.precision is not None else None,
             "backbone": asdict(error.backbone_info) if error.backbone_info is not None else None,
             "data": error.data_description, "toy_data": error.toy_data,
-            "precision": error.precision.precision if error.precision is not None else None,
             "history": {"rows": history.rows(), **history.as_dict()}}
 
 
@@ -358,9 +358,9 @@ def sweep_command(args) -> int:
         diverged = f", {row['diverged']} diverged" if row["diverged"] else ""
         spread = f"± {row['std']:.4f} (sample sd over {row['n']} seeds" if row["n"] > 1 else f"({row['n']} seed: no spread"
         print(f"{settings}: mean {row['mean']:.4f} {spread}{diverged})")
+    precisions = " and ".join(sorted({lookup.record["key"]["precision"] for lookup in done}))
     print(f"{len(done)} runs of shard {shard[0]}/{shard[1]} ({sum(not l.stored for l in done)} trained now) "
           f"in {precisions or 'no precision'}, in the run store {own}")
-    precisions = " and ".join(sorted({lookup.record["key"]["precision"] for lookup in done}))
     return OK
 
 
