@@ -15,7 +15,8 @@ median over rounds is a different measurement: on a machine whose load drifts it
 the reference's although the variant was slower in most rounds.
 
 :func:`forward_flops` counts the floating-point operations of a forward pass: the structural fact a
-timing estimates (a folded or merged model does exactly the backbone's work), the same on every machine.
+timing estimates (a folded or merged model does exactly the backbone's work), the same on every machine;
+:func:`training_flops` counts a training pass's forward and backward the same way.
 
 :func:`time_interleaved` does the timing of any callables; :func:`inference_variants` builds the
 models compared in the labs (the backbone alone, Houlsby and Pfeiffer adapters, a folded linear
@@ -248,3 +249,18 @@ def forward_flops(model: nn.Module, inputs: dict) -> int:
     with FlopCounterMode(display=False) as counter, torch.inference_mode():
         model(**inputs)
     return int(counter.get_total_flops())
+
+
+def training_flops(model: nn.Module, batch: dict) -> tuple[int, int]:
+    """(forward, backward) floating-point operations of one training pass on ``batch`` (with labels).
+
+    The backward of a layer computes the gradient for its input (to reach the layers below) and, when
+    its weight trains, the gradient for the weight: two matrix products per forward one. With frozen
+    weights only the first remains, so adapters save about half the backward, not most of it (lab 0).
+    The gradients stay in ``.grad``, so a lab can see which tensors received one.
+    """
+    with FlopCounterMode(display=False) as forward:
+        loss = model(**batch).loss
+    with FlopCounterMode(display=False) as backward:
+        loss.backward()
+    return int(forward.get_total_flops()), int(backward.get_total_flops())

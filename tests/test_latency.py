@@ -11,6 +11,7 @@ import torch
 from adapterlab.latency import (
     LatencyResult,
     forward_flops,
+    training_flops,
     inference_overhead,
     inference_variants,
     overhead_table,
@@ -202,3 +203,28 @@ def test_forward_flops_match_the_closed_forms(make_classifier, batch):
     assert flops["houlsby"] - flops["backbone"] == 2 * config.num_hidden_layers * per_adapter
     assert flops["pfeiffer"] - flops["backbone"] == config.num_hidden_layers * per_adapter
     assert flops["linear adapter, folded"] == flops["LoRA, merged"] == flops["backbone"]
+
+
+def test_a_backward_costs_two_products_per_trained_weight_and_one_per_frozen_one():
+    linear = torch.nn.Linear(12, 5, bias=False)
+    x = torch.randn(3, 12, requires_grad=True)
+    for weight_trains, input_needs_grad, products in ((True, False, 1), (False, True, 1), (True, True, 2)):
+        linear.weight.requires_grad_(weight_trains)
+        x.requires_grad_(input_needs_grad)
+        model = lambda labels: type("Out", (), {"loss": linear(x).sum()})  # noqa: E731
+        forward, backward = training_flops(model, {"labels": None})
+        assert (forward, backward) == (2 * 3 * 12 * 5, products * 2 * 3 * 12 * 5)
+
+
+def test_adapters_save_the_weight_gradients_but_not_the_input_gradients(make_classifier, batch):
+    from adapterlab.placement import apply_method
+
+    full = apply_method(make_classifier(), "full")
+    forward, backward = training_flops(full, batch)
+    assert backward == 2 * forward  # every product: the input's gradient and the weight's
+    adapted = apply_method(make_classifier(), "houlsby", bottleneck=4)
+    forward, backward = training_flops(adapted, batch)
+    assert forward <= backward < 1.2 * forward  # input gradients through every frozen layer, weights' skipped
+    assert all(p.grad is None for p in adapted.parameters() if not p.requires_grad)
+    lowest = [p for n, p in adapted.named_parameters() if "layer.0." in n and "adapter" in n]
+    assert lowest and all(p.grad is not None and p.grad.abs().sum() > 0 for p in lowest)
