@@ -164,6 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
     ablate.add_argument("--eval-every", type=int, default=None, metavar="N", help="evaluate every N steps and at the end")
     ablate.add_argument("--batch-size", type=int, default=32)
     ablate.add_argument("--eval-rows", type=int, default=300, metavar="N", help="dev rows scored per span (default: 300)")
+    ablate.add_argument("--precision", default="fp32", choices=PRECISIONS,
+                        help="fp32 (default: the reference runs' precision), bf16, or auto (as for sweep)")
     ablate.add_argument("--backbone", default="bert-base-uncased", help="as for train")
     ablate.add_argument("--data", default=None, metavar="DIR", help="a GLUE folder (as for train)")
     ablate.add_argument("--max-train", type=int, default=None, metavar="N", help="a seeded, stratified subset of N rows")
@@ -385,7 +387,8 @@ def ablate_command(args) -> int:
     with usage_errors():
         config = TrainConfig(method=args.method, bottleneck=args.bottleneck, init_scale=args.init_scale,
                              learning_rate=args.lr, epochs=args.epochs, max_steps=args.steps,
-                             eval_every=args.eval_every, batch_size=args.batch_size, progress=False)
+                             eval_every=args.eval_every, batch_size=args.batch_size, precision=args.precision,
+                             progress=False)
         check_glue_setting(args.data, task)
         stores = default_stores() if args.store is None else [RunStore(args.store)]
     own = stores[0].folder
