@@ -20,8 +20,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .ablation_runs import AblationSummary, ablate_command_line, stored_ablations, summarize_ablations
-from .experiments import PaperValue, REFERENCE_BACKBONE, REFERENCE_CONFIG, SEEDS, SeedRow, missing_report, seed_rows
+from .ablation_runs import (
+    AblationSummary,
+    ablate_command_line,
+    stored_ablations,
+    summarize_ablations,
+)
+from .experiments import (
+    REFERENCE_BACKBONE,
+    REFERENCE_CONFIG,
+    SEEDS,
+    PaperValue,
+    SeedRow,
+    missing_report,
+    seed_rows,
+)
 
 #: Dev rows each span is scored on: lab 8's ``ablation_eval`` for the stand-in (student profile).
 REFERENCE_EVAL_ROWS = 300
@@ -111,7 +124,7 @@ class StoredAblations:
         out = {
             "one_layer_costs_little": bool(self.single_layer_cost().max() < SINGLE_LAYER_COST),
             "lower_matter_less": bool(lower.mean() - upper.mean() > max(lower.std(ddof=1), upper.std(ddof=1))),
-            "all_off_near_majority": bool(s.all_removed.mean() - majority < NEAR_MAJORITY),
+            "all_off_near_majority": bool(abs(s.all_removed.mean() - majority) < NEAR_MAJORITY),
         }
         head = self.head
         if head.n < 2:
@@ -130,8 +143,8 @@ class StoredAblations:
         """Every cell's mean ± sample sd over the seeds: rows the first layer off, columns the last."""
         s = self.summary
         n = s.scores.shape[1]
-        lines = [f"{s.metric}, mean ± sd over seeds {', '.join(map(str, s.seeds))}; row: first layer off, "
-                 f"column: last layer off", "      " + "".join(f"{j:>14}" for j in range(n))]
+        lines = [(f"{s.metric}, mean ± sd over seeds {', '.join(map(str, s.seeds))}; row: first layer off, "
+                 f"column: last layer off"), "      " + "".join(f"{j:>14}" for j in range(n))]
         for i in range(n):
             cells = ["" if j < i else f"{s.mean[i, j]:.3f} ± {s.std[i, j]:.3f}" for j in range(n)]
             lines.append(f"{i:>6}" + "".join(f"{c:>14}" for c in cells))
@@ -166,9 +179,10 @@ class StoredAblations:
         """What is not stored, with the commands that make it; empty when everything is."""
         lines = []
         if self.missing_seeds:
-            lines += [f"span ablations of seeds {', '.join(map(str, self.seeds))}: seed "
-                      f"{', '.join(map(str, self.missing_seeds))} not stored; to make them (stored seeds are skipped):",
-                      "  " + ablate_command_line(self.task, self.config, self.seeds, self.eval_rows)]
+            seeds, missing = (", ".join(map(str, seeds)) for seeds in (self.seeds, self.missing_seeds))
+            lines.append(f"span ablations of seeds {seeds}: seed {missing} not stored; to make them (stored seeds "
+                         "are skipped):")
+            lines.append("  " + ablate_command_line(self.task, self.config, self.seeds, self.eval_rows))
         if self.head.missing:
             lines += ["head-only control: " + line for line in missing_report(self.task, [self.head],
                                                                               self.backbone).splitlines()]

@@ -58,7 +58,8 @@ def compute_ablation(task: str, config, eval_rows: int, *, backbone: str = "bert
     from .training import run_experiment
 
     trainer = run_experiment if trainer is None else trainer
-    load_args = dict(backbone=backbone, data_dir=data_dir, max_train=max_train, max_eval=max_eval, fallback=fallback)
+    load_args = {"backbone": backbone, "data_dir": data_dir, "max_train": max_train, "max_eval": max_eval,
+                 "fallback": fallback}
     run_key = key_for(task, config, **load_args)
     key = ablation_key(run_key, eval_rows)
     result = trainer(task, config, **load_args)
@@ -156,7 +157,8 @@ def summarize_ablations(records: list[dict]) -> AblationSummary:
                          "compute them with `adapterlab ablate`")
     metrics = {record["ablation"]["metric"] for record in records}
     if len(metrics) != 1:
-        raise ValueError(f"the ablations score different metrics ({', '.join(sorted(metrics))}): summarize one task at a time")
+        raise ValueError(f"the ablations score different metrics ({', '.join(sorted(metrics))}): "
+                         "summarize one task at a time")
     ablations = [ablation_of(record) for record in records]
     return AblationSummary(seeds=[record["key"]["settings"]["seed"] for record in records], metric=metrics.pop(),
                            scores=np.stack([a.scores for a in ablations]),

@@ -9,7 +9,23 @@ import pytest
 import torch
 
 from adapterlab.ablation import span_ablation
-from adapterlab.placement import PlacementError, add_adapters, adapted_outputs, enabled_layers, remove_adapters
+from adapterlab.ablation_runs import (
+    AblationSummary,
+    ablate_command_line,
+    ablation_key_for,
+    ablation_of,
+    run_ablations,
+    stored_ablations,
+    summarize_ablations,
+)
+from adapterlab.placement import (
+    PlacementError,
+    adapted_outputs,
+    add_adapters,
+    enabled_layers,
+    remove_adapters,
+)
+from adapterlab.runstore import RunStore, key_for
 
 
 def mean_logit_score(model, batch, batch_size=None, device=None):
@@ -133,12 +149,8 @@ def test_with_the_real_evaluation_on_toy_data_all_removed_is_the_bare_backbone()
 
 # ------------------------------------------------------------------------------ ablations in the run store
 
-from adapterlab.ablation_runs import (  # noqa: E402
-    AblationSummary, ablate_command_line, ablation_key_for, ablation_of, run_ablations, stored_ablations,
-    summarize_ablations)
-from adapterlab.runstore import RunStore, key_for  # noqa: E402
 
-TOY_RUN = dict(backbone="tiny-random", max_train=32, max_eval=16)
+TOY_RUN = {"backbone": "tiny-random", "max_train": 32, "max_eval": 16}
 EVAL_ROWS = 24
 
 

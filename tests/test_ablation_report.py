@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from adapterlab.ablation_report import read_stored_ablations
+from adapterlab.ablation_report import CLAIMS, read_stored_ablations
 from adapterlab.ablation_runs import ablation_key_for
 from adapterlab.backbones import TINY
 from adapterlab.data import TOY_DIR
@@ -15,7 +15,7 @@ from adapterlab.runstore import RunStore, key_for
 from adapterlab.training import TrainConfig
 
 CONFIG = TrainConfig(max_steps=2, batch_size=8, progress=False)
-WHERE = dict(backbone=TINY, data_dir=TOY_DIR, max_train=32, max_eval=16)
+WHERE = {"backbone": TINY, "data_dir": TOY_DIR, "max_train": 32, "max_eval": 16}
 SEEDS = (0, 1, 2)
 EVAL_ROWS = 40
 
@@ -56,8 +56,7 @@ def test_the_papers_shape_and_a_good_backbone_make_every_claim_true(tmp_path):
                trained=0.85, head=0.80)
     stored = read(store)
     assert stored.missing_seeds == () and stored.missing() == ""
-    assert stored.claims() == dict(one_layer_costs_little=True, lower_matter_less=True, all_off_near_majority=True,
-                                   backbone_alone_is_good=True, adapters_beat_head=True, all_off_below_head=True)
+    assert stored.claims() == dict.fromkeys(CLAIMS, True)
     lower, upper = stored.halves()
     assert np.allclose(lower, [0.846, 0.85, 0.854]) and np.allclose(upper, [0.704, 0.70, 0.696])
     assert stored.trained_row().mean == pytest.approx(0.85) and stored.head.mean == pytest.approx(0.80)
@@ -69,9 +68,9 @@ def test_a_short_run_on_a_backbone_that_needs_no_help_makes_the_papers_claims_fa
     store = RunStore(tmp_path)
     store_runs(store, full=0.86, one_off=0.80, lower_off=0.82, upper_off=0.825, all_off=0.77, majority=0.51,
                trained=0.85, head=0.55)
-    assert read(store).claims() == dict(one_layer_costs_little=False, lower_matter_less=False,
-                                        all_off_near_majority=False, backbone_alone_is_good=False,
-                                        adapters_beat_head=True, all_off_below_head=False)
+    assert read(store).claims() == {"one_layer_costs_little": False, "lower_matter_less": False,
+                                        "all_off_near_majority": False, "backbone_alone_is_good": False,
+                                        "adapters_beat_head": True, "all_off_below_head": False}
 
 
 def test_a_difference_within_the_seed_spread_is_no_claim(tmp_path):
@@ -123,3 +122,10 @@ def test_ablations_stored_without_the_control_still_compare_with_the_paper(tmp_p
     assert claims["lower_matter_less"] is True and claims["all_off_below_head"] is None
     assert "control, the head retrained on the bare backbone: not stored" in stored.beside_the_paper()
     assert "python -m adapterlab sweep --task sst2 --method head" in stored.missing()
+
+
+def test_all_off_far_below_the_majority_class_is_not_near_it(tmp_path):
+    store = RunStore(tmp_path)
+    store_runs(store, full=0.86, one_off=0.855, lower_off=0.85, upper_off=0.70, all_off=0.30, majority=0.51,
+               trained=0.85, head=0.80)
+    assert read(store).claims()["all_off_near_majority"] is False
