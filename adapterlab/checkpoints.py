@@ -9,9 +9,10 @@ the backbone it is loaded into: load it into a fresh backbone.
 An adapter set is a folder with two files:
 
 * ``adapters.safetensors`` — every tensor the adapter method trains: the adapters, the LayerNorms
-  (when the adapters were added with ``train_layernorm``) and the head (pooler + classifier). For
-  BERT-base with Houlsby adapters at r = 64 that is about 3 M numbers (≈ 12 MB in float32), against
-  440 MB for the whole model: the point of adapters is that a new task costs only this file.
+  (when the adapters were added with ``train_layernorm``), the classifier, and the pretrained pooler only
+  when it trains (``train_pooler``; frozen by default, as in the original adapter code). For BERT-base
+  with Houlsby adapters at r = 64 that is about 2.4 M numbers (≈ 10 MB in float32), against 440 MB for
+  the whole model: the point of adapters is that a new task costs only this file.
 * ``adapter_config.json`` — the manifest: the :class:`~adapterlab.placement.AdapterConfig` that rebuilds
   the adapters, the backbone's name and shape, the tensor names and shapes, the SHA-256 of the tensor
   file, and a checksum over all of that, so a hand-edited config (another activation, say, which would

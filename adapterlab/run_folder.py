@@ -21,8 +21,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .checkpoints import CONFIG_FILE, read_adapter_config
-from .placement import PLACEMENTS
+from .checkpoints import CONFIG_FILE, SAVED_METHODS, read_adapter_config
 
 METRICS_FILE = "metrics.json"
 #: How a run ended, as metrics.json's "status" records it.
@@ -139,9 +138,9 @@ def adapter_set_config(directory) -> dict:
         method = (report.get("config") or {}).get("method")
         if report.get("status") == "diverged":
             why = "training diverged, so no adapter set was saved; train again with a lower learning rate"
-        elif method not in PLACEMENTS:
+        elif method not in SAVED_METHODS:
             why = (f"{method} trains the backbone's own weights, so only {METRICS_FILE} was saved (its metrics are "
-                   f"there); to evaluate a saved run, train with --method {' / '.join(PLACEMENTS)}")
+                   f"there); to evaluate a saved run, train with --method {' / '.join(SAVED_METHODS)}")
         else:
             why = f"its {CONFIG_FILE} is missing, so the adapter set is incomplete; train it again"
         raise RunFolderError(f"{directory} holds a {describe_run(report)}: {why}")
