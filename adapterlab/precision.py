@@ -122,10 +122,10 @@ def time_step(model, batch: dict, precision: str, device: torch.device) -> float
 
 def probe(model, device: torch.device | None = None, timer=time_step) -> float:
     """bf16's speed-up over fp32 for training steps of ``model`` (a copy, given Houlsby adapters with r = 64
-    unless it is already prepared for a method):
-    the median fp32 step time over the median bf16 step time, the two precisions taking turns so that a
-    change in the machine's load hits both. ``timer(model, batch, precision, device)`` times one step; the
-    model, its gradients and the random number generators are left as they were."""
+    unless it is already prepared for a method): the median fp32 step time over the median bf16 step time,
+    the two precisions taking turns so that a change in the machine's load hits both; 0 where bf16 autocast
+    fails on this device. ``timer(model, batch, precision, device)`` times one step; the model, its
+    gradients and the random number generators are left as they were."""
     from .placement import apply_method
 
     device = torch.device("cpu") if device is None else device
@@ -138,7 +138,14 @@ def probe(model, device: torch.device | None = None, timer=time_step) -> float:
         times = {precision: [] for precision in RESOLVED}
         for step in range(PROBE_WARMUP + PROBE_STEPS):
             for precision in RESOLVED:
-                seconds = timer(trial, batch, precision, device)
+                try:
+                    seconds = timer(trial, batch, precision, device)
+                except RuntimeError as error:
+                    if precision == "fp32":
+                        raise
+                    print(f"adapterlab: bf16 autocast failed on {device.type} ({error}); training in fp32",
+                          file=sys.stderr)
+                    return 0.0
                 if step >= PROBE_WARMUP:
                     times[precision].append(seconds)
     return statistics.median(times["fp32"]) / statistics.median(times["bf16"])

@@ -123,6 +123,16 @@ def test_bad_precisions_are_named():
         resolve("half", "x")
 
 
+def test_a_device_whose_bf16_autocast_fails_trains_in_fp32(model, capsys):
+    def timer(trial, batch, chosen, device):
+        if chosen == "bf16":
+            raise RuntimeError("unsupported autocast device_type")
+        return 1.0
+
+    assert resolve("auto", "x", model=model, timer=timer) == Choice("fp32", "auto", 0.0)
+    assert "bf16 autocast failed on cpu (unsupported autocast device_type)" in capsys.readouterr().err
+
+
 def test_the_probe_leaves_model_gradients_and_random_state_as_they_were(model):
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
     torch.manual_seed(123)
