@@ -163,6 +163,8 @@ def build_parser() -> argparse.ArgumentParser:
     ablate.add_argument("--epochs", type=float, default=1.0)
     ablate.add_argument("--eval-every", type=int, default=None, metavar="N", help="evaluate every N steps and at the end")
     ablate.add_argument("--batch-size", type=int, default=32)
+    ablate.add_argument("--train-pooler", action="store_true",
+                        help="train the pretrained pooler too (frozen by default, as in the original adapter code)")
     ablate.add_argument("--eval-rows", type=int, default=300, metavar="N", help="dev rows scored per span (default: 300)")
     ablate.add_argument("--precision", default="fp32", choices=PRECISIONS,
                         help="fp32 (default: the reference runs' precision), bf16, or auto (as for sweep)")
@@ -388,7 +390,7 @@ def ablate_command(args) -> int:
         config = TrainConfig(method=args.method, bottleneck=args.bottleneck, init_scale=args.init_scale,
                              learning_rate=args.lr, epochs=args.epochs, max_steps=args.steps,
                              eval_every=args.eval_every, batch_size=args.batch_size, precision=args.precision,
-                             progress=False)
+                             train_pooler=args.train_pooler, progress=False)
         check_glue_setting(args.data, task)
         stores = default_stores() if args.store is None else [RunStore(args.store)]
     own = stores[0].folder
