@@ -1,4 +1,5 @@
-"""The committed labs as a student meets them: found by number, and no machine's absolute path in any output or saved widget state."""
+"""The committed labs as a student meets them: found by number, no machine's absolute path in any output or saved
+widget state, and the stand-in notice at most once per lab."""
 
 from __future__ import annotations
 
@@ -23,6 +24,16 @@ def test_no_output_shows_an_absolute_path(lab):
             assert found is None, f"cell {index} prints a path: …{json.dumps(output)[found.start() - 60:found.end() + 40]}…"
     widgets = json.dumps(nb.metadata.get("widgets", {}))
     assert ABSOLUTE_PATH.search(widgets) is None, "the saved widget state holds an absolute path"
+
+
+@pytest.mark.parametrize("lab", all_labs(), ids=lambda lab: lab.stem)
+def test_the_standin_notice_is_shown_at_most_once(lab):
+    """A lab's kernel prints the notice box once (backbones.load_backbone); every later cell names the stand-in
+    in its one-line backbone description instead."""
+    nb = nbformat.read(lab, as_version=4)
+    shown = [index for index, cell in enumerate(nb.cells) for output in cell.get("outputs", [])
+             if "NOTICE:" in json.dumps(output)]
+    assert len(shown) <= 1, f"the stand-in notice is printed by cells {shown}"
 
 
 def test_the_pattern_finds_the_paths_it_is_for():
