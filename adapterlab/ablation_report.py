@@ -182,7 +182,8 @@ class StoredAblations:
             seeds, missing = (", ".join(map(str, seeds)) for seeds in (self.seeds, self.missing_seeds))
             lines.append(f"span ablations of seeds {seeds}: seed {missing} not stored; to make them (stored seeds "
                          "are skipped):")
-            lines.append("  " + ablate_command_line(self.task, self.config, self.seeds, self.eval_rows))
+            lines.append("  " + ablate_command_line(self.task, self.config, self.seeds, self.eval_rows,
+                                                    backbone=self.backbone))
         if self.head.missing:
             lines += ["head-only control: " + line for line in missing_report(self.task, [self.head],
                                                                               self.backbone).splitlines()]

@@ -167,7 +167,8 @@ def summarize_ablations(records: list[dict]) -> AblationSummary:
                            trained=np.array([record["best_metric"] for record in records], dtype=float))
 
 
-def ablate_command_line(task: str, config, seeds, eval_rows: int, store: str = "data/reference_runs") -> str:
+def ablate_command_line(task: str, config, seeds, eval_rows: int, store: str = "data/reference_runs",
+                        backbone: str = "bert-base-uncased") -> str:
     """The `adapterlab ablate` command that stores these ablations (lab 8 prints it when they are missing)."""
     parts = ["python -m adapterlab ablate", f"--task {task}", f"--method {config.method}",
              f"--seeds {','.join(str(seed) for seed in seeds)}", f"--bottleneck {config.bottleneck}",
@@ -177,6 +178,8 @@ def ablate_command_line(task: str, config, seeds, eval_rows: int, store: str = "
         parts.append(f"--eval-every {config.eval_every}")
     if config.learning_rate is not None:
         parts.append(f"--lr {config.learning_rate:g}")
-    parts += [f"--batch-size {config.batch_size}", f"--precision {config.precision}", f"--eval-rows {eval_rows}",
-              f"--store {store}"]
+    parts += [f"--batch-size {config.batch_size}", f"--precision {config.precision}", f"--eval-rows {eval_rows}"]
+    if backbone != "bert-base-uncased":
+        parts.append(f"--backbone {backbone}")
+    parts.append(f"--store {store}")
     return " ".join(parts)

@@ -285,10 +285,11 @@ def test_the_printed_command_asks_for_exactly_the_ablations_looked_up():
 
     config = TrainConfig(bottleneck=64, init_scale=1e-2, max_steps=300, eval_every=150, batch_size=32,
                          precision="fp32")
-    line = ablate_command_line("sst2", config, [0, 1, 2], 300)
+    line = ablate_command_line("sst2", config, [0, 1, 2], 300, backbone="all-MiniLM-L6-v2")
     args = build_parser().parse_args(line.split()[3:])
     assert args.command == "ablate" and args.seeds == "0,1,2" and args.eval_rows == 300
-    assert args.store == "data/reference_runs"
+    assert args.store == "data/reference_runs" and args.backbone == "all-MiniLM-L6-v2"
+    assert "--backbone" not in ablate_command_line("sst2", config, [0], 300)  # the default needs no option
     rebuilt = TrainConfig(method=args.method, bottleneck=args.bottleneck, init_scale=args.init_scale,
                           learning_rate=args.lr, epochs=args.epochs, max_steps=args.steps,
                           eval_every=args.eval_every, batch_size=args.batch_size, precision=args.precision)

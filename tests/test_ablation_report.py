@@ -88,6 +88,7 @@ def test_missing_runs_give_no_claims_and_the_commands_that_make_them(tmp_path):
     assert set(stored.claims().values()) == {None}
     text = stored.missing()
     assert "python -m adapterlab ablate --task sst2" in text and "--seeds 0,1,2" in text
+    assert "--backbone tiny-random --store data/reference_runs" in text
     assert "python -m adapterlab sweep --task sst2 --method head" in text
 
     store = RunStore(tmp_path / "two")
