@@ -178,6 +178,8 @@ def ablate_command_line(task: str, config, seeds, eval_rows: int, store: str = "
         parts.append(f"--eval-every {config.eval_every}")
     if config.learning_rate is not None:
         parts.append(f"--lr {config.learning_rate:g}")
+    if config.train_pooler:
+        parts.append("--train-pooler")
     parts += [f"--batch-size {config.batch_size}", f"--precision {config.precision}", f"--eval-rows {eval_rows}"]
     if backbone != "bert-base-uncased":
         parts.append(f"--backbone {backbone}")

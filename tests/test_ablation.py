@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import numpy as np
 import pytest
@@ -283,14 +284,20 @@ def test_the_printed_command_asks_for_exactly_the_ablations_looked_up():
     from adapterlab.cli import build_parser
     from adapterlab.training import TrainConfig
 
+    def rebuilt(line):
+        args = build_parser().parse_args(line.split()[3:])
+        config = TrainConfig(method=args.method, bottleneck=args.bottleneck, init_scale=args.init_scale,
+                             learning_rate=args.lr, epochs=args.epochs, max_steps=args.steps,
+                             eval_every=args.eval_every, batch_size=args.batch_size, precision=args.precision,
+                             train_pooler=args.train_pooler)
+        return args, config
+
     config = TrainConfig(bottleneck=64, init_scale=1e-2, max_steps=300, eval_every=150, batch_size=32,
                          precision="fp32")
-    line = ablate_command_line("sst2", config, [0, 1, 2], 300, backbone="all-MiniLM-L6-v2")
-    args = build_parser().parse_args(line.split()[3:])
+    args, again = rebuilt(ablate_command_line("sst2", config, [0, 1, 2], 300, backbone="all-MiniLM-L6-v2"))
     assert args.command == "ablate" and args.seeds == "0,1,2" and args.eval_rows == 300
     assert args.store == "data/reference_runs" and args.backbone == "all-MiniLM-L6-v2"
+    assert again == config
     assert "--backbone" not in ablate_command_line("sst2", config, [0], 300)  # the default needs no option
-    rebuilt = TrainConfig(method=args.method, bottleneck=args.bottleneck, init_scale=args.init_scale,
-                          learning_rate=args.lr, epochs=args.epochs, max_steps=args.steps,
-                          eval_every=args.eval_every, batch_size=args.batch_size, precision=args.precision)
-    assert rebuilt == config
+    pooler = dataclasses.replace(config, train_pooler=True, learning_rate=3e-4, max_steps=None, epochs=2.0)
+    assert rebuilt(ablate_command_line("sst2", pooler, [0], 300))[1] == pooler
