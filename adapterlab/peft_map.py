@@ -196,8 +196,8 @@ def _size(count: int) -> str:
     return f"{count} B"
 
 
-def _percent(values: dict | None, label: str) -> str:
-    return "—" if values is None else f"{values[label]:+.1f} %"
+def _percents(values: dict | None) -> str:
+    return "—" if values is None else ", ".join(f"{value:+.0f} %" for value in values.values())
 
 
 def _yes(value: bool | None) -> str:
@@ -205,17 +205,15 @@ def _yes(value: bool | None) -> str:
 
 
 def map_table(rows: list[MapRow]) -> str:
-    """The measured map as a plain-text table (lab 10)."""
-    labels = list(rows[0].overhead) if rows else []
-    head = ["method", "trained", "checkpoint", "train ex/s"]
-    head += [f"{b} unmerged" for b in labels] + [f"{b} merged" for b in labels]
-    head += ["mergeable", "shared backbone", "after merging"]
-    body = []
-    for row in rows:
-        body.append([row.label, f"{row.trained:,}", _size(row.checkpoint_bytes), f"{row.examples_per_second:.0f}"]
-                    + [_percent(row.overhead, b) for b in labels] + [_percent(row.merged_overhead, b) for b in labels]
-                    + [_yes(row.mergeable), _yes(row.shares_backbone), _yes(row.merged_shares_backbone)])
+    """The measured map as a plain-text table, narrow enough for a slide (lab 10)."""
+    batches = ", ".join(rows[0].overhead) if rows else ""
+    head = ["method", "trained", "checkpoint", "train ex/s", "overhead", "merged", "merges", "shares", "merged shares"]
+    body = [[row.label, f"{row.trained:,}", _size(row.checkpoint_bytes), f"{row.examples_per_second:.0f}",
+             _percents(row.overhead), _percents(row.merged_overhead), _yes(row.mergeable), _yes(row.shares_backbone),
+             _yes(row.merged_shares_backbone)] for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(head)]
-    lines = ["  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(head, widths)))]
-    lines += ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in body]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+             for r in [head] + body]
+    lines.append(f"overhead, merged: time over the backbone alone at {batches} (paired medians), unmerged and merged")
+    lines.append("merges: merged, it has the backbone's architecture; shares: no weight matrix of the backbone changed")
     return "\n".join(lines)

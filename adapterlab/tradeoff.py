@@ -27,7 +27,7 @@ from .training import TrainConfig
 
 #: The sizes each family is trained at (paper Fig. 3/4: adapters of every size against top-k fine-tuning).
 HOULSBY_BOTTLENECKS = (2, 8, 32, 64, 256)
-LORA_RANKS = (2, 8, 32)
+LORA_RANKS = (8, 64)
 TOP_K_LAYERS = (1, 2, 3)
 #: Peak learning rates of the learning-rate comparison (paper Appendix B: adapters robust over 2e-5 … 1e-3).
 LEARNING_RATES = (2e-5, 1e-4, 1e-3, 3e-3)
