@@ -162,11 +162,12 @@ def test_the_paper_values_name_their_source():
 
 
 def _reference_record():
-    """One stored reference run made with the reference settings (pooler frozen), or None."""
+    """One stored reference run of Houlsby adapters with the reference config's pooler setting, or None."""
     for path in sorted((ROOT / "data" / "reference_runs").glob("*.json")):
         record = json.loads(path.read_text())
         settings = record["key"]["settings"]
-        if settings.get("train_pooler") is False and settings["method"] == "houlsby" and record.get("best_metric") is not None:
+        if (settings.get("train_pooler") is REFERENCE_CONFIG.train_pooler and settings["method"] == "houlsby"
+                and settings.get("bottleneck") == REFERENCE_CONFIG.bottleneck and record.get("best_metric") is not None):
             return path, record
     return None, None
 
@@ -174,7 +175,7 @@ def _reference_record():
 def test_a_reference_run_is_found_by_the_reference_config(tmp_path, monkeypatch):
     path, record = _reference_record()
     if path is None or SHARED_GLUE is None:
-        pytest.skip("needs a stored reference run with the pooler frozen and the real GLUE copy (../shared/data/glue)")
+        pytest.skip("needs a stored reference run of Houlsby adapters and the real GLUE copy (../shared/data/glue)")
     monkeypatch.setenv("ADAPTERLAB_DATA", str(SHARED_GLUE))
     shutil.copy(path, tmp_path / path.name)
     settings = record["key"]["settings"]
