@@ -87,7 +87,7 @@ class TrainingPanel:
         self.max_train = profile.max_train if max_train is None else max_train
         self.max_eval = profile.max_eval if max_eval is None else max_eval
         self.config = config or TrainConfig(batch_size=profile.batch_size, seed=profile.seed,
-                                            eval_every=profile.panel_eval_every)
+                                            eval_every=profile.panel_eval_every, train_pooler=profile.train_pooler)
         steps = profile.panel_steps if steps is None else steps
         self.stores = default_stores() if stores is None else list(stores)
         self.runs: list[dict] = []

@@ -168,7 +168,7 @@ def test_lab_7s_first_run_has_the_settings_its_panel_sweeps_will_ask_for(variant
     panel = TrainingPanel("cola", backbone=TINY, steps=profile.steps)
     lab_run = TrainConfig(method="houlsby", bottleneck=64, init_scale=1e-2, learning_rate=1e-3,
                           max_steps=profile.steps, batch_size=profile.batch_size,
-                          eval_every=max(profile.steps // 2, 1), seed=profile.seed)
+                          eval_every=max(profile.steps // 2, 1), seed=profile.seed, train_pooler=profile.train_pooler)
     # The lab's run trains in "auto"; the panel starts at fp32. They are one run where "auto" resolves to
     # fp32; where bf16 is faster they are two, and the panel finds its fp32 run among the reference runs.
     assert panel.settings().precision == "fp32" and lab_run.precision == "auto"
