@@ -4,7 +4,7 @@ After training, Houlsby et al. removed the adapters of every contiguous span of 
 evaluated the model as it stood. Because a switched-off adapter runs the layer's original output
 module (:func:`adapterlab.placement.set_adapters_enabled`), "removed" here means exactly the frozen
 backbone's computation in those layers, with the adapters of the other layers (and the trained
-LayerNorms and head) untouched. What the paper saw: removing one layer's adapters costs little,
+LayerNorms and classifier) untouched. What the paper saw: removing one layer's adapters costs little,
 lower layers matter less than upper ones, and removing all of them drops the model to about the
 majority-class score, because the head was trained on adapted features.
 """

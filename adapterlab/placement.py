@@ -268,7 +268,7 @@ def _check_layers(layers, n_layers: int) -> list[int]:
 
 def add_adapters(model: nn.Module, placement: "str | AdapterConfig" = "houlsby", bottleneck: int | None = None,
                  **settings) -> nn.Module:
-    """Insert adapters into a BERT-family model and freeze everything but adapters, LayerNorms, head.
+    """Insert adapters into a BERT-family model and freeze everything but adapters, LayerNorms and classifier.
 
     ``placement`` is an :class:`AdapterConfig`, or the name of a preset (houlsby, pfeiffer, parallel);
     ``bottleneck`` and ``settings`` (any other field of AdapterConfig: activation, init, init_scale, layers,

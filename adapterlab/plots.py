@@ -160,10 +160,10 @@ def counts_figure(curves: dict, current: tuple[str, int, int] | None = None, bac
 
 
 def trainable_bars_figure(rows: dict, title: str) -> go.Figure:
-    """Stacked bars: for each variant (key), trainable parameters per group (adapters, LayerNorms, head)."""
+    """Stacked bars: for each variant (key), trainable parameters per group (adapters, LayerNorms, classifier and trained pooler)."""
     fig = go.Figure()
     groups = (("adapters", "adapters", COLORS["adapter"]), ("layernorm", "LayerNorms", COLORS["layernorm"]),
-              ("head", "head (pooler + classifier)", COLORS["head"]))
+              ("head", "classifier (+ pooler if trained)", COLORS["head"]))
     for group, name, color in groups:
         fig.add_bar(x=list(rows), y=[rows[v][group] for v in rows], name=name, marker_color=color)
     fig.update_layout(barmode="stack")
