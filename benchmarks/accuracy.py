@@ -68,7 +68,7 @@ def one_run(task: str, method: str, lr: float, bottleneck: int, epochs: float, m
     lora = {"lora_rank": LORA_RANK} if method == "lora" else {}
     config = TrainConfig(method=method, bottleneck=bottleneck, learning_rate=lr, epochs=epochs, batch_size=batch_size,
                          warmup_ratio=0.1, order=order, train_layernorm=train_layernorm, seed=seed, device="cpu",
-                         progress=False, **lora)
+                         progress=False, precision="fp32", **lora)  # fp32: the recorded rows compare
     load_before = common.load_average()
     cpu_before = time.process_time()
     result = run_experiment(task, config, backbone=STANDIN, data_dir=data, max_train=max_train, max_eval=max_eval,

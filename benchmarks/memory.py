@@ -69,7 +69,7 @@ def worker(backbone: str, method: str, data_dir: str, steps: int, rows: int) -> 
     loaded = resident_bytes()
     peak_before = peak_resident_bytes()
     config = TrainConfig(method=method, bottleneck=BOTTLENECK, max_steps=steps, batch_size=BATCH_SIZE,
-                         order="grouped", seed=0, device="cpu", progress=False)
+                         order="grouped", seed=0, device="cpu", progress=False, precision="fp32")
     result = train(model, data, None, config)
     return {"backbone": backbone, "method": method, "steps": len(result.history.steps),
             "trained_params": trainable_summary(model).total_trainable,
