@@ -192,6 +192,18 @@ def build_parser() -> argparse.ArgumentParser:
 # --------------------------------------------------------------------------------------------------
 
 
+def _run_stores(folder) -> tuple[list, object]:
+    """The stores a sweep or ablation reads (``--store`` alone, else the defaults) and the folder its new runs
+    go to, as it prints: relative to the project (runs/store), not as an absolute path."""
+    from .runstore import PROJECT_ROOT, RunStore, default_stores
+
+    stores = default_stores() if folder is None else [RunStore(folder)]
+    own = stores[0].folder
+    with contextlib.suppress(ValueError):
+        own = own.relative_to(PROJECT_ROOT)
+    return stores, own
+
+
 def _check_rows(flag: str, value: int | None) -> None:
     if value is not None and value < 1:
         raise CommandError(f"{flag} must be a number of rows >= 1; got {value}", USAGE)
@@ -320,7 +332,7 @@ def sweep_command(args) -> int:
     """`adapterlab sweep`: the shard's share of a grid of settings x seeds, each run stored as it finishes;
     prints every run and then each setting's mean and spread over the seeds."""
     from .data import check_glue_setting, get_task
-    from .runstore import PROJECT_ROOT, RunStore, default_stores, summarize
+    from .runstore import summarize
     from .sweep import expand, parse_grid, parse_shard, run_sweep
     from .training import TrainConfig
 
@@ -337,10 +349,7 @@ def sweep_command(args) -> int:
         configs = expand(base, grid, seeds)
         shard = parse_shard(args.shard)
         check_glue_setting(args.data, task)
-        stores = default_stores() if args.store is None else [RunStore(args.store)]
-    own = stores[0].folder
-    with contextlib.suppress(ValueError):  # the default store prints as runs/store, not as an absolute path
-        own = own.relative_to(PROJECT_ROOT)
+        stores, own = _run_stores(args.store)
     done = []
     try:
         run_sweep(task, configs, stores=stores, shard=shard, backbone=args.backbone, data_dir=args.data,
@@ -378,7 +387,6 @@ def ablate_command(args) -> int:
     full and all-off scores, then their mean and spread."""
     from .ablation_runs import run_ablations, summarize_ablations
     from .data import check_glue_setting, get_task
-    from .runstore import PROJECT_ROOT, RunStore, default_stores
     from .training import TrainConfig
 
     task = get_task(args.task).name
@@ -392,10 +400,7 @@ def ablate_command(args) -> int:
                              eval_every=args.eval_every, batch_size=args.batch_size, precision=args.precision,
                              train_pooler=args.train_pooler, progress=False)
         check_glue_setting(args.data, task)
-        stores = default_stores() if args.store is None else [RunStore(args.store)]
-    own = stores[0].folder
-    with contextlib.suppress(ValueError):  # the default store prints as runs/store, not as an absolute path
-        own = own.relative_to(PROJECT_ROOT)
+        stores, own = _run_stores(args.store)
     done = []
 
     def report(lookup):

@@ -65,6 +65,16 @@ def activations_figure(names=("gelu", "relu", "identity"), lo: float = -3.0, hi:
     return _layout(fig, "The nonlinearity f acts on each of the r numbers separately", "input z", "f(z)")
 
 
+def _add_baseline_and_marks(fig: go.Figure, baseline, setting: str) -> None:
+    """The dotted baseline (label, value) when given, and on an init-scale axis the σ values the paper and the
+    original code use: what every sweep figure draws behind its runs."""
+    if baseline is not None:
+        fig.add_hline(y=baseline[1], line_dash="dot", line_color="gray", annotation_text=baseline[0],
+                      annotation_position="bottom right")
+    if setting == "init_scale":
+        _mark_init_scales(fig)
+
+
 def _mark_init_scales(fig: go.Figure) -> None:
     """Dashed lines at the original code's and the paper's init scales, for a figure whose x axis is log σ.
 
@@ -354,11 +364,7 @@ def sweep_figure(rows: list[dict], control: str, title: str, baseline: tuple[str
                         name=metric, line_color=LINE_COLORS[0], marker_size=10,
                         customdata=[[row["trained"]] for row in done],
                         hovertemplate="%{x}: %{y:.3f}<br>%{customdata[0]:,} trained parameters<extra></extra>")
-    if baseline is not None:
-        fig.add_hline(y=baseline[1], line_dash="dot", line_color="gray", annotation_text=baseline[0],
-                      annotation_position="bottom right")
-    if control == "init_scale":
-        _mark_init_scales(fig)
+    _add_baseline_and_marks(fig, baseline, control)
     labels = {"placement": "placement", "bottleneck": "bottleneck r (log)", "init_scale": "init scale σ (log)",
               "learning_rate": "peak learning rate (log)", "steps": "training steps"}
     log_x = control in ("bottleneck", "init_scale", "learning_rate")
@@ -414,11 +420,7 @@ def seeds_figure(series, setting: str, title: str, baseline: tuple[str, float] |
         fig.add_scatter(x=[row.label for row in shown for _ in row.values], y=[v for row in shown for v in row.values],
                         mode="markers", marker=dict(size=7, color=color, opacity=0.35), name=f"{name}: each seed",
                         hovertemplate="%{x}: %{y:.3f} (one seed)<extra></extra>")
-    if baseline is not None:
-        fig.add_hline(y=baseline[1], line_dash="dot", line_color="gray", annotation_text=baseline[0],
-                      annotation_position="bottom right")
-    if setting == "init_scale":
-        _mark_init_scales(fig)
+    _add_baseline_and_marks(fig, baseline, setting)
     if paper is not None:
         fig.add_annotation(x=0, xref="paper", y=1.09, yref="paper", yanchor="bottom", xanchor="left", showarrow=False,
                            text=f"{paper.source}: {paper.value}", font=dict(size=12, color="gray"))
