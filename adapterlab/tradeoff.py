@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 from torch import nn
 
-from .experiments import REFERENCE_CONFIG, SeedRow, seed_rows, within_spread
+from .experiments import REFERENCE_CONFIG, SeedRow, missing_report, seed_rows, within_spread
 from .latency import _shared_copy
 from .placement import METHODS, apply_method, trainable_summary
 from .plots import LINE_COLORS, METRIC_AXES, _layout
@@ -103,6 +103,22 @@ def tradeoff_points(task: str, model: nn.Module, families: dict[str, dict[str, T
         for row in seed_rows(task, setting=configs, **read):
             points.append(Point(family, trained_parameters(model, row.config), row))
     return points
+
+
+def points_table(points: list[Point]) -> str:
+    """One line per point: its label, the parameters it trains and its mean ± spread over the stored seeds
+    (the table beside the trade-off figure in lab 10)."""
+    def score(row: SeedRow) -> str:
+        return f"{row.mean:.3f} ± {row.std:.3f} (n = {row.n})" if row.n else "not stored yet"
+    return "\n".join(f"{p.label:<18}{p.trained:>12,} trained   {score(p.row)}" for p in points)
+
+
+def missing_by_family(task: str, points: list[Point], backbone: str) -> str:
+    """For each family with a missing run: what is missing and the command that makes it; "" when every run is
+    stored."""
+    reports = {family: missing_report(task, [p.row for p in points if p.family == family], backbone)
+               for family in dict.fromkeys(p.family for p in points)}
+    return "\n".join(f"{family}: {report}" for family, report in reports.items() if not report.startswith("all"))
 
 
 def pareto_front(points: dict) -> list:

@@ -127,3 +127,23 @@ def test_the_figure_draws_stored_points_with_their_spread():
     means, seeds = figure.data
     assert list(means.x) == [1000] and means.error_y.array[0] == pytest.approx(statistics.stdev([0.8, 0.9]))
     assert sorted(seeds.y) == [0.8, 0.9]
+
+
+def test_the_points_table_gives_each_points_mean_and_spread_or_says_it_is_missing():
+    stored = tradeoff.Point("Houlsby", 1234, _row("Houlsby r=2", [0.8, 0.9, 0.85]))
+    missing = tradeoff.Point("Houlsby", 5000, _row("Houlsby r=8", []))
+    first, second = tradeoff.points_table([stored, missing]).splitlines()
+    assert "1,234" in first and f"{statistics.mean([0.8, 0.9, 0.85]):.3f}" in first
+    assert f"{statistics.stdev([0.8, 0.9, 0.85]):.3f}" in first and "n = 3" in first
+    assert "Houlsby r=8" in second and "not stored yet" in second
+
+
+def test_only_families_with_a_missing_run_are_reported(tmp_path):
+    config = TrainConfig(progress=False)
+    complete = tradeoff.Point("head only", 10, _row("head only", [0.7, 0.71, 0.72], config))
+    lacking = SeedRow(label="LoRA r=8", config=config, metric="accuracy", values=(0.8,), seeds=(0,), missing=(1, 2),
+                      diverged=0, mean=0.8, std=math.nan)
+    report = tradeoff.missing_by_family("sst2", [complete, tradeoff.Point("LoRA", 20, lacking)], "all-MiniLM-L6-v2")
+    assert report.startswith("LoRA: ") and "head only" not in report
+    assert "seed 1, 2" in report and "python -m adapterlab sweep --task sst2" in report
+    assert tradeoff.missing_by_family("sst2", [complete], "all-MiniLM-L6-v2") == ""
