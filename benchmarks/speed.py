@@ -39,7 +39,7 @@ from adapterlab.data import load_split, make_batches, padding_waste, tokenize
 from adapterlab.placement import apply_method
 from adapterlab.training import TrainConfig, train
 
-METHODS = ("houlsby", "pfeiffer", "full", "layernorm", "head")
+METHODS = ("houlsby", "pfeiffer", "lora", "bitfit", "full", "layernorm", "head")
 ORDERS = ("grouped", "shuffled")
 PRECISIONS = ("fp32", "bf16")
 BOTTLENECK = 64
@@ -79,7 +79,7 @@ def measure_backbone(name: str, data_dir, methods, precisions, rounds: int, step
     for method in methods:
         models[method] = copy.deepcopy(pristine)
         torch.manual_seed(0)
-        apply_method(models[method], method, bottleneck=BOTTLENECK)
+        apply_method(models[method], method, **TrainConfig(method=method, bottleneck=BOTTLENECK).method_kwargs())
         for precision in precisions:
             burst(models[method], data, method, "grouped", precision, 2, seed=10_000)  # warm-up, untimed
     del pristine
@@ -119,6 +119,8 @@ def measure_backbone(name: str, data_dir, methods, precisions, rounds: int, step
 def main(argv=None) -> int:
     p = common.parser(__doc__.splitlines()[0])
     p.add_argument("--backbone", action="append", choices=list(PLAN), help="measure only this backbone (repeatable)")
+    p.add_argument("--method", action="append", choices=METHODS,
+                   help="measure only this method (repeatable; full is added for the 'vs full FT' column)")
     p.add_argument("--precision", action="append", choices=PRECISIONS,
                    help="measure only this precision (repeatable; default: fp32 and bf16)")
     args = p.parse_args(argv)
@@ -126,6 +128,8 @@ def main(argv=None) -> int:
     data_dir = common.glue_dir(args.data)
     backbones = args.backbone or list(PLAN)
     methods = ("houlsby", "full") if args.quick else METHODS
+    if args.method:
+        methods = tuple(m for m in METHODS if m in args.method or m == "full")
     precisions = tuple(p for p in PRECISIONS if p in args.precision) if args.precision else PRECISIONS
     payload = {"benchmark": "speed", "machine": common.machine(), "batch_size": BATCH_SIZE, "bottleneck": BOTTLENECK,
                "quick": args.quick, "precisions": list(precisions), "rows": [], "padding": [], "sources": {}}
@@ -152,7 +156,8 @@ def report(payload: dict) -> str:
              common.table(payload["padding"], [
                  ("order", "order", ""), ("batches", "batches", "d"), ("real_tokens_per_batch", "real tokens/batch", ".0f"),
                  ("padded_tokens_per_batch", "padded tokens/batch", ".0f"), ("padding_waste", "padding waste", ".2f")]),
-             "", "Training examples/s (real loop, batch 32, r = 64 for adapters; bf16: autocast, fp32 weights):",
+             "", "Training examples/s (real loop, batch 32, r = 64 for adapters, LoRA at its default rank 8 on query and value; "
+             "bf16: autocast, fp32 weights):",
              common.table(payload["rows"], [
                  ("backbone", "backbone", ""), ("method", "method", ""), ("precision", "precision", ""),
                  ("steps_per_order", "steps", "d"),
