@@ -10,6 +10,7 @@ import copy
 
 import pytest
 import torch
+from model_probes import architecture, logits
 from torch import nn
 
 from adapterlab.adapter import BottleneckAdapter
@@ -20,7 +21,7 @@ from adapterlab.lora import (
     fold_linear_adapter,
     linear_adapter_matrix,
 )
-from adapterlab.placement import add_adapters, adapter_config, set_adapters_enabled
+from adapterlab.placement import adapter_config, add_adapters, set_adapters_enabled
 
 
 def seeded_linear(d_in: int, d_out: int, seed: int = 0, dtype=torch.float32) -> nn.Linear:
@@ -222,22 +223,6 @@ def test_best_linear_fit_needs_more_samples_than_parameters_per_output():
 # --------------------------------------------------------------------------------------------------
 # Folding the adapters of a whole BERT
 # --------------------------------------------------------------------------------------------------
-
-
-def logits(model, batch):
-    """The classifier's logits and, after them, the encoder's last hidden state (of order 1, where the
-    logits of a random head are of order 1e-2), flattened into one vector."""
-    with torch.no_grad():
-        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], output_hidden_states=True)
-    return torch.cat([out.logits.flatten(), out.hidden_states[-1].flatten()])
-
-
-def architecture(model):
-    return (
-        [(name, type(module).__name__) for name, module in model.named_modules()],
-        {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()},
-        sum(p.numel() for p in model.parameters()),
-    )
 
 
 @pytest.mark.parametrize("placement", ["houlsby", "pfeiffer"])

@@ -11,6 +11,7 @@ import pytest
 import safetensors.torch
 import torch
 import transformers
+from model_probes import architecture, logits
 
 from adapterlab.backbones import TINY, load_backbone
 from adapterlab.checkpoints import (
@@ -31,7 +32,14 @@ from adapterlab.counting import (
 )
 from adapterlab.data import load_split, tokenize
 from adapterlab.lora import LoRALinear
-from adapterlab.lora_model import LoRAConfig, add_lora, lora_config, lora_layers, merge_lora, remove_lora
+from adapterlab.lora_model import (
+    LoRAConfig,
+    add_lora,
+    lora_config,
+    lora_layers,
+    merge_lora,
+    remove_lora,
+)
 from adapterlab.placement import (
     METHODS,
     PlacementError,
@@ -42,6 +50,7 @@ from adapterlab.placement import (
     trainable_summary,
 )
 from adapterlab.training import DEFAULT_LEARNING_RATES, TrainConfig, train
+
 
 def bert_shape(d: int, L: int, i: int) -> transformers.BertConfig:
     """A small BERT shape: hidden size d, L layers, FFN width i, 4 heads, a 100-token vocabulary."""
@@ -58,20 +67,6 @@ DENSE = ("attention.self.query", "attention.self.key", "attention.self.value", "
 def toy_data_only(monkeypatch):
     monkeypatch.delenv("ADAPTERLAB_DATA", raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-
-
-def logits(model, batch):
-    with torch.no_grad():
-        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], output_hidden_states=True)
-    return torch.cat([out.logits.flatten(), out.hidden_states[-1].flatten()])
-
-
-def architecture(model):
-    return (
-        [(name, type(module).__name__) for name, module in model.named_modules()],
-        {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()},
-        sum(p.numel() for p in model.parameters()),
-    )
 
 
 def trainable_names(model) -> set[str]:
