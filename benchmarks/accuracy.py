@@ -152,7 +152,8 @@ def describe(config: dict) -> str:
     seeds = config["seeds"]
     parts.append(f"seed {seeds[0]}" if len(seeds) == 1 else
                  f"mean of seeds {', '.join(map(str, seeds))}, sd {100 * config['metric_sd']:.1f}")
-    return f"{config['method']} ({', '.join(parts)}; best of {config['configurations_tried']})"
+    tried = config.get("configurations_tried")  # set on the best configurations only
+    return f"{config['method']} ({', '.join(parts)}" + (f"; best of {tried})" if tried else ")")
 
 
 def paired_gap(ours: dict, theirs: dict) -> str:
@@ -366,8 +367,9 @@ def main(argv=None) -> int:
                   f"{run['examples_per_second']:.1f} examples/s ({time.perf_counter() - started:.0f} s in all)",
                   flush=True)
             runs[:] = [r for r in runs if key(r) != key(run)] + [run]
-            payload["targets"] = check_targets(runs)
             common.write_json(path, payload)  # after every run: an interrupted benchmark keeps what it measured
+            payload["targets"] = check_targets(runs)
+            common.write_json(path, payload)
     payload["targets"] = check_targets(runs)
     if plan:
         payload["machine"]["load_average_at_end"] = common.load_average()
