@@ -242,7 +242,7 @@ def peft_targets(best: dict) -> list[dict]:
 def precision_targets(runs: list[dict]) -> list[dict]:
     """Each bf16 configuration against its fp32 twin (the same settings otherwise), once both have at least two
     seeds: the bf16 mean within one fp32 seed standard deviation of the fp32 mean."""
-    configs = configurations(runs)
+    configs = configurations(runs)  # key(c)[:-3] + key(c)[-2:-1]: its key without the precision and the seed
     fp32 = {key(c)[:-3] + key(c)[-2:-1]: c for c in configs if c["precision"] == "fp32"}
     targets = []
     for config in configs:
