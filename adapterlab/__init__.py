@@ -1,9 +1,72 @@
-"""adapterlab: a teaching lab on bottleneck adapters (Houlsby et al. 2019)."""
+"""adapterlab: a teaching lab on bottleneck adapters (Houlsby et al. 2019).
 
-from .adapter import ACTIVATIONS, INIT_SCHEMES, BottleneckAdapter
-from .counting import bert_counts, compare_counts, count_model
-from .lora import LoRALinear, best_linear_fit, fold_adapters, fold_linear_adapter, linear_adapter_matrix
-from .placement import (
+The package follows the labs' flow, one layer per subpackage; a layer imports only the ones before it:
+
+* :mod:`adapterlab.model` — the adapter, the BERT surgery, LoRA, folding, counting, latency, checkpoints;
+* :mod:`adapterlab.methods` — the registry: every training method declared once;
+* :mod:`adapterlab.training` — backbones, data, precision, the training loop, one experiment;
+* :mod:`adapterlab.runs` — the run store, run folders, sweeps, ablations, the trade-off and the PEFT map;
+* :mod:`adapterlab.teaching` — self-checks, plots, widgets and the panel, profiles, student copies, slides;
+* :mod:`adapterlab.cli` — the command line on top.
+
+Modules that lived at the top of the package before it had subpackages (``adapterlab.placement``,
+``adapterlab.training`` for the loop, ...) still import under their old names, as the same module objects,
+so a notebook a student saved last term keeps running (:data:`MOVED`).
+"""
+
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+
+#: Old module name -> where it lives now. ``adapterlab.training`` is a subpackage now; the names a lab
+#: imported from the old ``adapterlab.training`` module are re-exported by the subpackage.
+MOVED = {
+    "adapter": "model.adapter", "placement": "model.placement", "lora": "model.fold", "lora_model": "model.lora",
+    "counting": "model.counting", "latency": "model.latency", "checkpoints": "model.checkpoints",
+    "hub": "training.hub", "backbones": "training.backbones", "data": "training.data",
+    "precision": "training.precision", "evaluation": "training.evaluation",
+    "runstore": "runs.store", "run_folder": "runs.folder", "sweep": "runs.sweep", "ablation": "runs.ablation",
+    "ablation_runs": "runs.ablation_runs", "ablation_report": "runs.ablation_report", "tradeoff": "runs.tradeoff",
+    "peft_map": "runs.peft_map", "experiments": "runs.reference",
+    "checks": "teaching.checks", "checks_training": "teaching.checks_training", "plots": "teaching.plots",
+    "widgets": "teaching.widgets", "panel": "teaching.panel", "probes": "teaching.probes",
+    "profiles": "teaching.profiles", "student": "teaching.student", "slides": "teaching.slides",
+    "slide_layout": "teaching.slide_layout", "slides_pdf": "teaching.slides_pdf", "labfiles": "teaching.labfiles",
+}
+
+
+class _OldNames(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Import ``adapterlab.OLD`` as the module that now lives at ``adapterlab.NEW`` (the same object)."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        package, _, name = fullname.partition(".")
+        if package == __name__ and name in MOVED:
+            return importlib.util.spec_from_loader(fullname, self)
+        return None
+
+    def create_module(self, spec):
+        module = importlib.import_module(f"{__name__}.{MOVED[spec.name.partition('.')[2]]}")
+        spec.loader_state = module.__spec__  # the import system is about to set the old name's spec on it
+        return module
+
+    def exec_module(self, module):
+        module.__spec__ = module.__spec__.loader_state
+
+
+sys.meta_path.append(_OldNames())
+
+
+def __getattr__(name):  # `from adapterlab import placement` and `adapterlab.placement`
+    if name in MOVED:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+from .model.adapter import ACTIVATIONS, INIT_SCHEMES, BottleneckAdapter  # noqa: E402
+from .model.counting import bert_counts, compare_counts, count_model  # noqa: E402
+from .model.fold import LoRALinear, best_linear_fit, fold_adapters, fold_linear_adapter, linear_adapter_matrix  # noqa: E402
+from .model.placement import (  # noqa: E402
     METHODS,
     PLACEMENTS,
     PlacementError,

@@ -20,10 +20,10 @@ import contextlib
 import sys
 from pathlib import Path
 
-from .data import TASKS
-from .lora_model import DEFAULT_LORA_ALPHA, DEFAULT_LORA_RANK, LORA_TARGET_SETS
-from .placement import METHODS, PLACEMENTS
-from .precision import PRECISIONS
+from .training.data import TASKS
+from .model.lora import DEFAULT_LORA_ALPHA, DEFAULT_LORA_RANK, LORA_TARGET_SETS
+from .model.placement import METHODS, PLACEMENTS
+from .training.precision import PRECISIONS
 
 OK, FAILED, USAGE, INTERRUPTED = 0, 1, 2, 130
 
@@ -195,7 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _run_stores(folder) -> tuple[list, object]:
     """The stores a sweep or ablation reads (``--store`` alone, else the defaults) and the folder its new runs
     go to, as it prints: relative to the project (runs/store), not as an absolute path."""
-    from .runstore import PROJECT_ROOT, RunStore, default_stores
+    from .paths import PROJECT_ROOT
+    from .runs.store import RunStore, default_stores
 
     stores = default_stores() if folder is None else [RunStore(folder)]
     own = stores[0].folder
@@ -231,10 +232,10 @@ def train_command(args) -> int:
     run so far (status "interrupted", the best state seen) and exits 130; a diverged run writes its
     partial history (status "diverged") and exits 1.
     """
-    from .checkpoints import SAVED_METHODS, save_adapter_set
-    from .data import check_glue_setting, get_task
-    from .run_folder import commit_run_folder, discard_staging, prepare_run_folder, write_metrics
-    from .training import TrainConfig, TrainingDiverged, run_experiment
+    from .model.checkpoints import SAVED_METHODS, save_adapter_set
+    from .training.data import check_glue_setting, get_task
+    from .runs.folder import commit_run_folder, discard_staging, prepare_run_folder, write_metrics
+    from .training.loop import TrainConfig, TrainingDiverged, run_experiment
 
     task = get_task(args.task).name
     _check_rows("--max-train", args.max_train)
@@ -284,11 +285,11 @@ def evaluate_command(args) -> int:
     of the task it was trained on; print the metrics (the last line is JSON)."""
     import json
 
-    from .backbones import load_backbone
-    from .checkpoints import load_adapter_set
-    from .data import check_glue_setting, get_task, load_split, tokenize
-    from .evaluation import evaluate, pick_device
-    from .run_folder import adapter_set_config
+    from .training.backbones import load_backbone
+    from .model.checkpoints import load_adapter_set
+    from .training.data import check_glue_setting, get_task, load_split, tokenize
+    from .training.evaluation import evaluate, pick_device
+    from .runs.folder import adapter_set_config
 
     _check_rows("--max-eval", args.max_eval)
     with usage_errors():
@@ -331,10 +332,10 @@ def _parse_seeds(text: str) -> list[int]:
 def sweep_command(args) -> int:
     """`adapterlab sweep`: the shard's share of a grid of settings x seeds, each run stored as it finishes;
     prints every run and then each setting's mean and spread over the seeds."""
-    from .data import check_glue_setting, get_task
-    from .runstore import summarize
-    from .sweep import expand, parse_grid, parse_shard, run_sweep
-    from .training import TrainConfig
+    from .training.data import check_glue_setting, get_task
+    from .runs.store import summarize
+    from .runs.sweep import expand, parse_grid, parse_shard, run_sweep
+    from .training.loop import TrainConfig
 
     task = get_task(args.task).name
     _check_rows("--max-train", args.max_train)
@@ -385,9 +386,9 @@ def sweep_command(args) -> int:
 def ablate_command(args) -> int:
     """`adapterlab ablate`: a span ablation per seed (lab 8), each stored as it finishes; prints each seed's
     full and all-off scores, then their mean and spread."""
-    from .ablation_runs import run_ablations, summarize_ablations
-    from .data import check_glue_setting, get_task
-    from .training import TrainConfig
+    from .runs.ablation_runs import run_ablations, summarize_ablations
+    from .training.data import check_glue_setting, get_task
+    from .training.loop import TrainConfig
 
     task = get_task(args.task).name
     _check_rows("--max-train", args.max_train)
@@ -434,8 +435,8 @@ def ablate_command(args) -> int:
 
 def slides_command(args) -> int:
     """`adapterlab slides [LAB ...] [--out DIR]`: one offline reveal.js deck per lab."""
-    from .labfiles import LabNotFoundError
-    from .slides import OutputFolderError, export_slides
+    from .teaching.labfiles import LabNotFoundError
+    from .teaching.slides import OutputFolderError, export_slides
 
     try:
         decks = export_slides(args.labs or None, args.out, pdf=getattr(args, "pdf", False))
@@ -460,7 +461,7 @@ def count_command(args) -> int:
     import dataclasses
     import json
 
-    from .counting import compare_counts, compare_method_counts, format_count_rows
+    from .model.counting import compare_counts, compare_method_counts, format_count_rows
 
     if args.method is not None:
         with usage_errors():
@@ -484,7 +485,7 @@ def count_command(args) -> int:
 
 
 def student_command(args) -> int:
-    from .student import student_command as student
+    from .teaching.student import student_command as student
 
     return student(args)
 

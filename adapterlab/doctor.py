@@ -54,7 +54,7 @@ def _version(distribution: str) -> str | None:
 
 
 def _glue_folder():
-    from .data import locate_glue
+    from .training.data import locate_glue
 
     return locate_glue()
 
@@ -91,7 +91,7 @@ def _machine_checks() -> list[Check]:
 
 
 def _backbone_checks() -> list[Check]:
-    from . import backbones
+    from .training import backbones
 
     standin = backbones.standin_path()
     bert = backbones.bert_base_cached()
@@ -126,7 +126,7 @@ LAB_DATA_FILES = (("sst2", "train"), ("sst2", "dev"), ("cola", "train"), ("cola"
 def _glue_contents(glue) -> tuple[list[str], list[str]]:
     """Read every file of LAB_DATA_FILES in the folder ``glue``: ("SST-2 dev 872 rows", ...) for the files
     that read cleanly and ("CoLA/train.tsv: missing", "SST-2/dev.tsv line 3: ...", ...) for the others."""
-    from .data import DataError, get_task, read_glue_tsv
+    from .training.data import DataError, get_task, read_glue_tsv
 
     found, problems = [], []
     for task, split in LAB_DATA_FILES:

@@ -1,0 +1,453 @@
+"""Save and load an adapter set: what one task trains on top of a frozen backbone (lab 9).
+
+The same folder holds the trained tensors of LoRA (its A and B matrices, the classifier, the pooler if
+trained) and of BitFit (the backbone's biases, the classifier, the pooler if trained); their manifest says
+``"method": "lora"`` with a ``lora`` entry (:class:`~adapterlab.lora_model.LoRAConfig`) or ``"method":
+"bitfit"`` with a ``bitfit`` entry instead of the ``adapter`` entry. A BitFit set overwrites the biases of
+the backbone it is loaded into: load it into a fresh backbone.
+
+An adapter set is a folder with two files:
+
+* ``adapters.safetensors`` — every tensor the adapter method trains: the adapters, the LayerNorms
+  (when the adapters were added with ``train_layernorm``), the classifier, and the pretrained pooler only
+  when it trains (``train_pooler``; frozen by default, as in the original adapter code). For BERT-base
+  with Houlsby adapters at r = 64 that is about 2.4 M numbers (≈ 10 MB in float32), against 440 MB for
+  the whole model: the point of adapters is that a new task costs only this file.
+* ``adapter_config.json`` — the manifest: the :class:`~adapterlab.placement.AdapterConfig` that rebuilds
+  the adapters, the backbone's name and shape, the tensor names and shapes, the SHA-256 of the tensor
+  file, and a checksum over all of that, so a hand-edited config (another activation, say, which would
+  load the weights into the wrong nonlinearity) is refused rather than trusted.
+
+The tensors are read with safetensors only — never with ``torch.load`` / pickle, which can run code
+hidden in a file.
+
+Why a save survives a crash at any instant. The manifest is the commit point: the folder holds whichever
+set its manifest names, and the manifest is replaced by one atomic rename. A save
+
+1. writes the new tensors to a temporary file, syncs it to disk and renames it to
+   ``.adapters-<sha256>.safetensors`` (a name no loader reads unless a manifest asks for that hash);
+2. writes the new manifest the same way and renames it over ``adapter_config.json`` — from here on the
+   folder holds the new set, its tensors in the hidden file;
+3. renames the hidden file over ``adapters.safetensors``.
+
+A loader takes the tensors from the hidden file of the manifest's hash when it exists, else from
+``adapters.safetensors``, and checks them against that hash. So a kill before step 2 leaves the old set,
+a kill after it the new one, never a mix. Temporary and orphaned hidden files of killed saves are removed
+by the next save into the folder (and a step 3 it never reached is finished first). One process should
+write a folder at a time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import secrets
+from pathlib import Path
+
+import safetensors
+import safetensors.torch
+import torch
+from torch import nn
+
+from .lora import LoRAConfig, add_lora, lora_config, remove_lora
+from .placement import (
+    BITFIT_ATTRIBUTE,
+    PLACEMENTS,
+    AdapterConfig,
+    PlacementError,
+    add_adapters,
+    adapter_config,
+    bitfit_settings,
+    encoder_layers,
+    parameter_group,
+    remove_adapters,
+    set_trainable,
+)
+
+#: The methods whose trained tensors a set holds: the adapter placements, LoRA and BitFit (the others train
+#: the backbone's own weights wholesale, and a run of them saves its metrics only).
+SAVED_METHODS = PLACEMENTS + ("lora", "bitfit")
+TENSORS_FILE = "adapters.safetensors"
+CONFIG_FILE = "adapter_config.json"
+FORMAT = "adapterlab-adapter-set"
+#: 2: the manifest carries a checksum over its own contents and the adapter config's every field.
+FORMAT_VERSION = 2
+#: Tensors of a save in progress, or of a committed save whose last rename a kill cut short.
+PENDING_TENSORS = re.compile(r"\.adapters-([0-9a-f]{64})\.safetensors")
+#: Files being written (``.<final name>.<random>.tmp``).
+TEMPORARY = re.compile(rf"\.({re.escape(TENSORS_FILE)}|{re.escape(CONFIG_FILE)}|adapters-[0-9a-f]{{64}}\.safetensors)\.\w+\.tmp")
+
+
+class CheckpointError(ValueError):
+    """An adapter set cannot be saved or loaded; the message names the file and what is wrong."""
+
+
+def _method_entry(model: nn.Module) -> dict:
+    """The manifest entries that say which method the model's set belongs to and how to rebuild it."""
+    config = adapter_config(model)
+    if config is not None:
+        return {"adapter": config.as_dict()}
+    lora = lora_config(model)
+    if lora is not None:
+        return {"method": "lora", "lora": lora.as_dict()}
+    bitfit = bitfit_settings(model)
+    if bitfit is not None:
+        return {"method": "bitfit", "bitfit": dict(bitfit)}
+    raise CheckpointError("this model has no adapters, LoRA layers or BitFit biases to save: add adapters "
+                          "(adapterlab.add_adapters(model, ...)) or prepare it with apply_method(model, 'lora') or "
+                          "apply_method(model, 'bitfit') first")
+
+
+def saved_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
+    """The parameters an adapter set holds: adapters, classifier, and the LayerNorms and pooler if trained
+    (for LoRA its matrices, for BitFit the backbone's biases, in place of the adapters).
+
+    Lab 9 compares them before and after training a second task.
+    """
+    entry = _method_entry(model)
+    if "adapter" in entry:
+        config = adapter_config(model)
+        groups = {"adapters", "classifier"} | ({"layernorm"} if config.train_layernorm else set())
+    else:
+        groups = {"adapters", "classifier"} if entry["method"] == "lora" else {"classifier"}
+    settings = entry.get("adapter") or entry.get("lora") or entry["bitfit"]
+    groups |= {"pooler"} if settings["train_pooler"] else set()
+    bitfit = entry.get("method") == "bitfit"
+
+    def saved(name: str) -> bool:
+        group = parameter_group(model, name)
+        return group in groups or (bitfit and name.endswith(".bias") and group in ("layernorm", "other"))
+
+    return {name: p for name, p in model.named_parameters() if saved(name)}
+
+
+def _backbone_shape(model: nn.Module) -> dict:
+    try:
+        num_layers = len(encoder_layers(model))
+    except PlacementError as error:
+        raise CheckpointError(str(error)) from error
+    return {
+        "hidden_size": model.config.hidden_size,
+        "num_layers": num_layers,
+        "num_labels": model.config.num_labels,
+    }
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def manifest_checksum(manifest: dict) -> str:
+    """SHA-256 of the manifest without its own ``checksum`` entry, written as canonical JSON (sorted keys)."""
+    body = {key: value for key, value in manifest.items() if key != "checksum"}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _pending_name(sha256: str) -> str:
+    return f".adapters-{sha256}.safetensors"
+
+
+def _sync_folder(directory: Path) -> None:
+    """Make renames in ``directory`` durable (POSIX; Windows has no handle for a folder)."""
+    if hasattr(os, "O_DIRECTORY"):
+        handle = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(handle)
+        finally:
+            os.close(handle)
+
+
+def write_durably(directory: Path, name: str, data: bytes) -> None:
+    """Put ``data`` at ``directory/name`` whole or not at all: write a temporary file, sync, rename.
+    (The run store writes its records with it too.)"""
+    temporary = directory / f".{name.lstrip('.')}.{secrets.token_hex(6)}.tmp"
+    handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o644)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(handle, view):]
+            os.fsync(handle)
+        finally:
+            os.close(handle)
+        os.replace(temporary, directory / name)
+    except Exception:
+        temporary.unlink(missing_ok=True)  # an error (a full disk) leaves nothing; a kill leaves it to _tidy
+        raise
+    _sync_folder(directory)
+
+
+def _committed_sha256(directory: Path) -> str | None:
+    """The tensor hash the folder's manifest names, or None when it has no readable manifest."""
+    try:
+        sha = json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8")).get("sha256")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return sha if isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{64}", sha) else None
+
+
+def _tidy(directory: Path) -> None:
+    """Finish a committed save a kill cut short, and delete what killed saves left behind."""
+    committed = _committed_sha256(directory)
+    if committed is not None and (directory / _pending_name(committed)).is_file():
+        os.replace(directory / _pending_name(committed), directory / TENSORS_FILE)
+        _sync_folder(directory)
+    for path in list(directory.iterdir()):
+        if TEMPORARY.fullmatch(path.name) or PENDING_TENSORS.fullmatch(path.name):
+            os.unlink(path)
+
+
+def _check_dtype(dtype) -> None:
+    if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise CheckpointError(
+            f"dtype must be a floating-point torch dtype such as torch.float16 or torch.bfloat16 (or None to keep "
+            f"the model's); got {dtype!r}: an integer type would round every weight to a whole number"
+        )
+
+
+def save_adapter_set(model: nn.Module, directory, backbone=None, extra: dict | None = None, dtype=None) -> Path:
+    """Write the model's adapter set to ``directory`` (created if needed) and return the folder (lab 9).
+
+    ``backbone`` is a BackboneInfo or a name, recorded so a reader knows what the adapters were
+    trained on (default: the model's own name_or_path). ``extra`` is any JSON-serialisable dict
+    (task, metrics, ...). ``dtype=torch.float16`` halves the file; loading casts back to the model's
+    dtype. A set already in the folder is replaced atomically (see the module's notes).
+    """
+    from .. import __version__
+
+    _check_dtype(dtype)
+    directory = Path(directory)
+    tensors = {
+        name: p.detach().to(device="cpu", dtype=dtype or p.dtype).contiguous()
+        for name, p in saved_parameters(model).items()
+    }
+    name = getattr(backbone, "loaded", backbone) or getattr(model.config, "name_or_path", "") or "unknown"
+    data = safetensors.torch.save(tensors)
+    manifest = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "adapterlab_version": __version__,
+        **_method_entry(model),
+        "backbone": {"name": str(name), **_backbone_shape(model)},
+        "dtype": str(next(iter(tensors.values())).dtype).removeprefix("torch."),
+        "tensors": {key: list(t.shape) for key, t in tensors.items()},
+        "num_parameters": sum(t.numel() for t in tensors.values()),
+        "extra": extra or {},
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
+    try:
+        manifest["checksum"] = manifest_checksum(manifest)
+    except (TypeError, ValueError) as error:
+        raise CheckpointError(f"extra must hold only JSON values (str, numbers, lists, dicts): {error}") from error
+    if directory.exists() and not directory.is_dir():
+        raise CheckpointError(f"{directory} exists and is not a folder; choose a folder for the adapter set")
+    directory.mkdir(parents=True, exist_ok=True)
+    _tidy(directory)
+    write_durably(directory, _pending_name(manifest["sha256"]), data)
+    write_durably(directory, CONFIG_FILE, (json.dumps(manifest, indent=2) + "\n").encode("utf-8"))
+    os.replace(directory / _pending_name(manifest["sha256"]), directory / TENSORS_FILE)
+    _sync_folder(directory)
+    return directory
+
+
+def read_adapter_config(directory) -> dict:
+    """The parsed adapter_config.json of an adapter set, checked against its checksum and for the keys
+    loading needs (the ``adapter`` entry stays a dict; :class:`AdapterConfig`.from_dict rebuilds it)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise CheckpointError(f"{directory}: no such folder; pass the folder save_adapter_set wrote")
+    path = directory / CONFIG_FILE
+    if not path.is_file():
+        raise CheckpointError(f"{path} is missing; the folder does not hold a complete adapter set")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"{path} is not valid JSON ({error}); the adapter set is damaged") from error
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise CheckpointError(f"{path} is not an adapterlab adapter set (its 'format' is not {FORMAT!r})")
+    version = manifest.get("format_version")
+    if isinstance(version, bool) or not isinstance(version, int) or version > FORMAT_VERSION:
+        raise CheckpointError(
+            f"{path} has format_version {version!r}; this adapterlab reads up to {FORMAT_VERSION}: upgrade adapterlab"
+        )
+    if version < FORMAT_VERSION:
+        raise CheckpointError(
+            f"{path} has format_version {version}, written by an older adapterlab whose config carries no "
+            "checksum; save the adapter set again with this version"
+        )
+    if manifest.get("checksum") != manifest_checksum(manifest):
+        raise CheckpointError(
+            f"{path} was changed after it was saved (its checksum does not match its contents): a hand-edited "
+            "config would rebuild the adapters differently from how they were trained (another activation, "
+            "bottleneck or layers), so it is refused. Undo the edit, or build the adapters you want and save "
+            "them again"
+        )
+    method = manifest.get("method", "adapters")
+    if method not in ("adapters", "lora", "bitfit"):
+        raise CheckpointError(f"{path} is malformed: its method {method!r} is not lora or bitfit (adapter sets name none)")
+    required = {"adapter" if method == "adapters" else method: dict, "backbone": dict, "sha256": str}
+    for key, kind in required.items():
+        if not isinstance(manifest.get(key), kind):
+            raise CheckpointError(f"{path} is malformed: {key!r} is missing or not a {kind.__name__}")
+    if not re.fullmatch(r"[0-9a-f]{64}", manifest["sha256"]):
+        raise CheckpointError(f"{path} is malformed: 'sha256' is not a SHA-256 hex digest")
+    for key in ("hidden_size", "num_layers", "num_labels"):
+        if not isinstance(manifest["backbone"].get(key), int):
+            raise CheckpointError(f"{path} is malformed: backbone.{key} is missing or not an integer")
+    return manifest
+
+
+def _check_backbone(model: nn.Module, manifest: dict, path: Path) -> None:
+    saved, here = manifest["backbone"], _backbone_shape(model)
+    wrong = [f"{key} {saved[key]} (this model: {here[key]})" for key in here if saved[key] != here[key]]
+    if wrong:
+        raise CheckpointError(
+            f"{path}: these adapters were trained on a backbone of another shape ({saved.get('name', 'unknown')}): "
+            f"{', '.join(wrong)}. Load them into the same backbone, e.g. load_backbone({saved.get('name')!r}, "
+            f"num_labels={saved['num_labels']})"
+        )
+
+
+def _read_tensors(directory: Path, manifest: dict) -> dict[str, torch.Tensor]:
+    """The tensors the manifest names: the hidden file of its hash when a save stopped before its last
+    rename, else adapters.safetensors; checked against the hash, read without unpickling."""
+    pending = directory / _pending_name(manifest["sha256"])
+    path = pending if pending.is_file() else directory / TENSORS_FILE
+    if not path.is_file():
+        raise CheckpointError(f"{path} is missing; the folder does not hold a complete adapter set")
+    if _sha256(path) != manifest["sha256"]:
+        raise CheckpointError(
+            f"{path} does not match the sha256 recorded in {CONFIG_FILE}: the file is corrupt, truncated, "
+            "or from another save; save the adapter set again"
+        )
+    try:
+        tensors = safetensors.torch.load_file(str(path))
+    except safetensors.SafetensorError as error:
+        raise CheckpointError(
+            f"{path} is not a readable safetensors file ({error}); save the adapter set again"
+        ) from error
+    integral = sorted(name for name, tensor in tensors.items() if not tensor.is_floating_point())
+    if integral:
+        raise CheckpointError(
+            f"{path} holds weights of a non-floating type ({_some(integral)}); trained weights are floating-point "
+            "numbers: save the adapter set again with a floating dtype"
+        )
+    return tensors
+
+
+def _saved_setup(manifest: dict, path: Path):
+    """What the manifest rebuilds: an AdapterConfig, a LoRAConfig, or BitFit's ``{"train_pooler": ...}``."""
+    method = manifest.get("method", "adapters")
+    try:
+        if method == "adapters":
+            return AdapterConfig.from_dict(manifest["adapter"], what=f"{path}'s adapter entry")
+        if method == "lora":
+            return LoRAConfig.from_dict(manifest["lora"])
+        if set(manifest["bitfit"]) != {"train_pooler"} or not isinstance(manifest["bitfit"]["train_pooler"], bool):
+            raise ValueError(f"the bitfit entry must be {{'train_pooler': true or false}}; got {manifest['bitfit']!r}")
+        return dict(manifest["bitfit"])
+    except (ValueError, TypeError) as error:
+        what = "adapter" if method == "adapters" else method
+        raise CheckpointError(f"{path}: its {what} config cannot be applied to this model: {error}") from error
+
+
+def _differences(here: dict, there: dict) -> str:
+    return ", ".join(f"{k}: model {here[k]!r}, file {there[k]!r}" for k in here if here[k] != there[k])
+
+
+def _prepare(model: nn.Module, saved, config_path: Path):
+    """Give the model the adapters or LoRA layers the set needs (or BitFit's trainable biases), unless it
+    has them already; return what undoes that (None when nothing was done)."""
+    adapters, lora = adapter_config(model), lora_config(model)
+    if isinstance(saved, AdapterConfig):
+        current, add, remove, kind = adapters, add_adapters, remove_adapters, "adapters"
+        other = "LoRA layers" if lora is not None else None
+    elif isinstance(saved, LoRAConfig):
+        current, remove, kind = lora, remove_lora, "LoRA layers"
+        other = "adapters" if adapters is not None else None
+        add = lambda model, config: add_lora(model, **config.as_dict())  # noqa: E731
+    else:
+        other = "adapters" if adapters is not None else "LoRA layers" if lora is not None else None
+        if other:
+            raise CheckpointError(f"{config_path} holds a BitFit set but the model has {other}; load it into a fresh "
+                                  "backbone")
+        flags = {name: p.requires_grad for name, p in model.named_parameters()}
+        before = bitfit_settings(model)
+        set_trainable(model, "bitfit", train_pooler=saved["train_pooler"])
+
+        def undo():
+            for name, parameter in model.named_parameters():
+                parameter.requires_grad_(flags[name])
+            if before is None:
+                object.__delattr__(model, BITFIT_ATTRIBUTE)
+            else:
+                object.__setattr__(model, BITFIT_ATTRIBUTE, before)
+
+        return undo
+    if other:
+        raise CheckpointError(f"{config_path} holds {kind} but the model has {other}; load it into a fresh backbone")
+    if current is not None:
+        if current != saved:
+            raise CheckpointError(
+                f"{config_path}: the model already has {kind} with another config "
+                f"({_differences(current.as_dict(), saved.as_dict())}); remove them first or load into a fresh backbone"
+            )
+        return None
+    try:
+        add(model, saved)
+    except (PlacementError, ValueError, TypeError) as error:
+        raise CheckpointError(f"{config_path}: its {kind} config cannot be applied to this model: {error}") from error
+    return lambda: remove(model)
+
+
+def _some(names: list[str], shown: int = 5) -> str:
+    return f"{names[:shown]}{' ...' if len(names) > shown else ''}"
+
+
+def load_adapter_set(model: nn.Module, directory, strict: bool = True) -> dict:
+    """Load an adapter set into ``model`` and return its manifest (adapter_config.json) with the
+    ``missing_keys`` and ``unexpected_keys`` of the load. Lab 9 swaps tasks on one backbone with it.
+
+    A model without adapters gets them first, as the saved AdapterConfig describes; a model with
+    adapters must have the same AdapterConfig (LoRA sets likewise; a BitFit set makes the model train
+    BitFit's biases). ``strict`` (default) requires the file to hold exactly the parameters the method
+    trains. On any error the model is left as it was.
+    """
+    directory = Path(directory)
+    manifest = read_adapter_config(directory)
+    config_path = directory / CONFIG_FILE
+    saved = _saved_setup(manifest, config_path)
+    _check_backbone(model, manifest, config_path)
+    tensors = _read_tensors(directory, manifest)
+    undo = _prepare(model, saved, config_path)
+    try:
+        expected = saved_parameters(model)
+        for name, tensor in tensors.items():
+            if name in expected and expected[name].shape != tensor.shape:
+                raise CheckpointError(
+                    f"{directory / TENSORS_FILE}: tensor {name} has shape {list(tensor.shape)}, the model expects "
+                    f"{list(expected[name].shape)}; the config and the weights do not belong together"
+                )
+        missing = sorted(set(expected) - set(tensors))
+        unexpected = sorted(set(tensors) - set(expected))
+        if strict and (missing or unexpected):
+            raise CheckpointError(
+                f"{directory / TENSORS_FILE} does not fit this model: missing {_some(missing)}, "
+                f"unexpected {_some(unexpected)}; pass strict=False to load the rest"
+            )
+        with torch.no_grad():
+            for name, tensor in tensors.items():
+                if name in expected:
+                    expected[name].copy_(tensor)
+    except BaseException:
+        if undo is not None:
+            undo()
+        raise
+    return dict(manifest, missing_keys=missing, unexpected_keys=unexpected)

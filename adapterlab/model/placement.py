@@ -1,0 +1,527 @@
+"""The one place that knows the inside of a BERT layer: where adapters go and what is trainable.
+
+A BERT layer ends each of its two sublayers with the same three steps (``BertSelfOutput`` after
+attention, ``BertOutput`` after the FFN)::
+
+    h = dropout(dense(x));  out = LayerNorm(h + residual)
+
+Placements, each implemented by swapping that output module for an :class:`AdaptedOutput` that reuses
+the very same ``dense``, ``dropout`` and ``LayerNorm`` (so parameter names and weights do not change):
+
+* ``houlsby``  — an adapter after the dropout of *both* sublayers, before the residual add + LayerNorm
+  (as in the original adapter-bert code): 2 adapters per layer.
+* ``pfeiffer`` — the same after the FFN only: 1 adapter per layer.
+* ``parallel`` — a bottleneck alongside the FFN, reading the FFN's input and adding
+  ``scale · up(f(down(x)))`` to its output (He et al. 2021): 1 per layer.
+
+An :class:`AdapterConfig` holds everything that describes one adapter set (placement, bottleneck,
+activation, init, layers, whether LayerNorms train); :data:`POSITIONS` below is the one place that says
+which sublayers a placement adapts, and so how many adapters a layer gets.
+
+Training methods the labs compare: the three placements, ``full`` fine-tuning, ``head`` only (the
+classifier; the pooler too with ``train_pooler``), ``layernorm`` only (+ head), ``top_k`` layers (+ head),
+``bitfit`` (every bias + head; Ben Zaken et al. 2021) and ``lora`` (rank-r updates of chosen dense layers +
+head; Hu et al. 2021, built by :mod:`adapterlab.lora_model`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .adapter import ACTIVATIONS, INIT_SCHEMES, PAPER_INIT_SCALE, BottleneckAdapter
+from ..validation import check_bool, check_choice, check_init_scale, check_positive_int
+
+PLACEMENTS = ("houlsby", "pfeiffer", "parallel")
+FREEZE_METHODS = ("full", "head", "layernorm", "top_k", "bitfit")
+METHODS = PLACEMENTS + FREEZE_METHODS + ("lora",)
+#: apply_method's settings for method "lora" (the rest of the name is add_lora's argument).
+LORA_SETTINGS = ("lora_rank", "lora_alpha", "lora_targets")
+#: The trainable matrices of a LoRA layer (adapterlab.lora.LoRALinear): counted with the adapters, as
+#: modules added to the backbone.
+LORA_PARAMETERS = ("lora_A", "lora_B")
+#: Set on a model whose trainable parameters set_trainable chose for BitFit (a checkpoint saves them).
+BITFIT_ATTRIBUTE = "adapterlab_bitfit"
+#: He et al. (2021) scale the parallel adapter's output by s = 4.
+DEFAULT_PARALLEL_SCALE = 4.0
+#: Which sublayer outputs each placement adapts, and how.
+POSITIONS = {
+    "houlsby": (("attention", "serial"), ("ffn", "serial")),
+    "pfeiffer": (("ffn", "serial"),),
+    "parallel": (("ffn", "parallel"),),
+}
+CONFIG_ATTRIBUTE = "adapterlab_config"
+
+
+class PlacementError(ValueError):
+    """The model or the request cannot be honoured; the model was left unchanged."""
+
+
+def _parallel_scale(placement: str, scale) -> float | None:
+    """The scale s of a parallel adapter (default 4, as He et al.); a serial placement has none."""
+    if placement != "parallel":
+        if scale is not None:
+            raise PlacementError(
+                f"parallel_scale is the scale of a parallel adapter; placement {placement!r} has none "
+                f"(got parallel_scale={scale!r}): leave it out, or use placement='parallel'"
+            )
+        return None
+    if scale is None:
+        return DEFAULT_PARALLEL_SCALE
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not math.isfinite(scale):
+        raise PlacementError(f"parallel_scale must be a finite number (He et al. use 4); got {scale!r}")
+    return float(scale)
+
+
+def _layer_list(layers) -> tuple[int, ...] | None:
+    """None (every layer) or a tuple of distinct integer indices; the model's depth is checked later."""
+    if layers is None:
+        return None
+    if isinstance(layers, (int, str)) or not hasattr(layers, "__iter__"):
+        raise PlacementError(f"layers must be a list of layer indices such as [0, 1] (or None for all); got {layers!r}")
+    chosen = tuple(layers)
+    for index in chosen:
+        if isinstance(index, bool) or not isinstance(index, numbers.Integral):
+            raise PlacementError(f"layers must hold integer layer indices such as [0, 1]; got {index!r}")
+    if not chosen:
+        raise PlacementError("layers is empty: name at least one layer, or pass None for all layers")
+    if len(set(chosen)) != len(chosen):
+        raise PlacementError(f"layers lists a layer twice: {list(chosen)}")
+    return tuple(int(index) for index in chosen)
+
+
+@dataclass(frozen=True)
+class AdapterConfig:
+    """Everything that describes one adapter set, checked when it is made; the one place these settings live.
+
+    ``placement`` (houlsby, pfeiffer or parallel) decides where the adapters go and how many each layer
+    gets (:attr:`adapters_per_layer`); ``bottleneck``, ``activation``, ``init``, ``init_scale`` and ``bias``
+    how each is built; ``layers`` which layers get them (None: all); ``train_layernorm`` whether the
+    LayerNorms train with them (the paper trains them, AdapterHub freezes them); ``train_pooler`` whether
+    the pooler trains with the classifier (the original adapter-bert code leaves the pretrained pooler
+    frozen, and so do we by default; the paper's text does not say); ``parallel_scale`` the factor s of a
+    parallel adapter (He et al. use 4; only the parallel placement has one).
+
+    The three presets (:meth:`preset`) mirror AdapterHub's DoubleSeqBnConfig, SeqBnConfig and ParBnConfig
+    in where the adapters go, but keep every other setting the same, so that comparing them changes
+    one thing only. :func:`add_adapters` builds an adapter set from it, :mod:`adapterlab.counting` counts
+    it in closed form and :mod:`adapterlab.checkpoints` stores it. Labs 3 and 5 build adapters from it
+    through ``add_adapters``, labs 6-9 through ``apply_method``; lab 9 saves and loads it with its weights.
+    """
+
+    placement: str = "houlsby"
+    bottleneck: int = 64
+    activation: str = "gelu"
+    init: str = "houlsby"
+    init_scale: float = PAPER_INIT_SCALE
+    layers: tuple[int, ...] | None = None
+    train_layernorm: bool = True
+    train_pooler: bool = False
+    parallel_scale: float | None = None
+    bias: bool = True
+
+    def __post_init__(self):
+        if not isinstance(self.placement, str) or self.placement not in PLACEMENTS:
+            raise PlacementError(f"placement must be one of {', '.join(PLACEMENTS)}; got {self.placement!r}")
+        check_choice("activation", self.activation, ACTIVATIONS)
+        check_choice("init", self.init, INIT_SCHEMES)
+        check_bool("train_layernorm", self.train_layernorm)
+        check_bool("train_pooler", self.train_pooler)
+        check_bool("bias", self.bias)
+        plain = {
+            "bottleneck": check_positive_int("bottleneck", self.bottleneck),
+            "init_scale": check_init_scale(self.init_scale),
+            "layers": _layer_list(self.layers),
+            "parallel_scale": _parallel_scale(self.placement, self.parallel_scale),
+        }
+        for name, value in plain.items():  # NumPy numbers and lists become plain ints, floats and tuples
+            object.__setattr__(self, name, value)  # how a frozen dataclass sets its own fields
+
+    @classmethod
+    def preset(cls, name: str, **changes) -> "AdapterConfig":
+        """The preset named by a placement, with any field changed: ``AdapterConfig.preset("pfeiffer", bottleneck=48)``."""
+        return cls.from_dict({**changes, "placement": name}, what="AdapterConfig.preset")
+
+    @classmethod
+    def from_dict(cls, values: dict, what: str = "the adapter config") -> "AdapterConfig":
+        """The config a dict (e.g. :meth:`as_dict`, read back from JSON) describes; unknown keys are refused."""
+        fields = [field.name for field in dataclasses.fields(cls)]
+        unknown = sorted(set(values) - set(fields))
+        if unknown:
+            raise PlacementError(f"{what} has unknown settings {unknown}; the settings are {', '.join(fields)}")
+        return cls(**values)
+
+    def replace(self, **changes) -> "AdapterConfig":
+        """A copy with some fields changed, checked like a new config."""
+        return type(self).from_dict({**self.as_dict(), **changes})
+
+    def as_dict(self) -> dict:
+        """Plain JSON values: what a checkpoint stores."""
+        values = dataclasses.asdict(self)
+        values["layers"] = None if self.layers is None else list(self.layers)
+        return values
+
+    @property
+    def positions(self) -> tuple[tuple[str, str], ...]:
+        """(sublayer, mode) of each adapter in a layer: ("attention" | "ffn", "serial" | "parallel")."""
+        return POSITIONS[self.placement]
+
+    @property
+    def adapters_per_layer(self) -> int:
+        return len(self.positions)
+
+    def layer_indices(self, n_layers: int) -> list[int]:
+        """The layers of an n_layers-deep model that get adapters, sorted; a PlacementError if one is out of range."""
+        return _check_layers(self.layers, n_layers)
+
+
+def make_adapter_config(placement: "str | AdapterConfig" = "houlsby", **changes) -> AdapterConfig:
+    """An AdapterConfig from a preset name or a config, with ``changes`` applied (the settings of add_adapters)."""
+    if isinstance(placement, AdapterConfig):
+        return placement.replace(**changes) if changes else placement
+    return AdapterConfig.preset(placement, **changes)
+
+
+class AdaptedOutput(nn.Module):
+    """A sublayer output (dense → dropout → LayerNorm(· + residual)) with an adapter inside.
+
+    ``mode="serial"`` applies the adapter to the sublayer's output after dropout; ``mode="parallel"``
+    adds ``scale · adapter.delta(x)`` computed from the sublayer's input x. With ``enabled = False``
+    the original module runs instead, so a switched-off adapter costs nothing and changes nothing.
+    """
+
+    def __init__(self, original: nn.Module, adapter: BottleneckAdapter, mode: str, scale: float = 1.0):
+        super().__init__()
+        self.dense = original.dense
+        self.dropout = original.dropout
+        self.LayerNorm = original.LayerNorm
+        self.adapter = adapter
+        self.mode = mode
+        self.scale = scale
+        self.enabled = True
+        # Kept unregistered (no duplicate parameters); it shares dense/dropout/LayerNorm with us and
+        # goes back in place when the adapters are removed.
+        object.__setattr__(self, "original", original)
+
+    def forward(self, hidden_states: torch.Tensor, input_tensor: torch.Tensor) -> torch.Tensor:
+        if not self.enabled:
+            return self.original(hidden_states, input_tensor)
+        h = self.dropout(self.dense(hidden_states))
+        if self.mode == "serial":
+            h = self.adapter(h)
+        else:
+            h = h + self.scale * self.adapter.delta(input_tensor)
+        return self.LayerNorm(h + input_tensor)
+
+    def extra_repr(self) -> str:
+        return f"mode={self.mode}, scale={self.scale}, enabled={self.enabled}"
+
+
+def encoder_layers(model: nn.Module) -> nn.ModuleList:
+    """The transformer layers of a BERT-family model, or a PlacementError saying what is supported."""
+    base = getattr(model, "base_model", model)
+    layers = getattr(getattr(base, "encoder", None), "layer", None)
+    supported = "BERT-family encoders from transformers (BertModel, BertForSequenceClassification, RoBERTa, ELECTRA)"
+    if not isinstance(layers, nn.ModuleList) or len(layers) == 0:
+        raise PlacementError(f"{type(model).__name__} is not supported: expected {supported} with .encoder.layer")
+    for layer in layers:
+        for output in (_sublayer_output(layer, "attention"), _sublayer_output(layer, "ffn")):
+            if not all(hasattr(output, name) for name in ("dense", "dropout", "LayerNorm")):
+                raise PlacementError(
+                    f"{type(model).__name__} is not supported: its layers' outputs lack dense/dropout/LayerNorm; "
+                    f"expected {supported}"
+                )
+    return layers
+
+
+def _sublayer_output(layer: nn.Module, position: str) -> nn.Module:
+    return layer.attention.output if position == "attention" else layer.output
+
+
+def _set_sublayer_output(layer: nn.Module, position: str, module: nn.Module) -> None:
+    if position == "attention":
+        layer.attention.output = module
+    else:
+        layer.output = module
+
+
+def _check_layers(layers, n_layers: int) -> list[int]:
+    """The layer indices in 0..n_layers-1 (negative ones count from the top), sorted; None gives all."""
+    if isinstance(layers, (list, tuple)) and not layers:
+        return []
+    chosen = _layer_list(layers)
+    if chosen is None:
+        return list(range(n_layers))
+    for index in chosen:
+        if not -n_layers <= index < n_layers:
+            raise PlacementError(f"layers must hold integers in 0..{n_layers - 1} (this model has {n_layers}); got {index!r}")
+    resolved = [index % n_layers for index in chosen]
+    if len(set(resolved)) != len(resolved):
+        raise PlacementError(f"layers lists a layer twice: {list(chosen)}")
+    return sorted(resolved)
+
+
+def add_adapters(model: nn.Module, placement: "str | AdapterConfig" = "houlsby", bottleneck: int | None = None,
+                 **settings) -> nn.Module:
+    """Insert adapters into a BERT-family model and freeze everything but adapters, LayerNorms and classifier.
+
+    ``placement`` is an :class:`AdapterConfig`, or the name of a preset (houlsby, pfeiffer, parallel);
+    ``bottleneck`` and ``settings`` (any other field of AdapterConfig: activation, init, init_scale, layers,
+    train_layernorm, parallel_scale, bias) change it, e.g. ``add_adapters(model, "houlsby", 64,
+    init="zero_up")``. Every argument is checked and every adapter built before the model is touched,
+    so an error leaves the model exactly as it was. Returns the model (changed in place). Labs 3 and 5
+    add adapters this way; the training labs through :func:`apply_method`.
+    """
+    if bottleneck is not None:
+        settings["bottleneck"] = bottleneck
+    config = make_adapter_config(placement, **settings)
+    if getattr(model, CONFIG_ATTRIBUTE, None) is not None:
+        raise PlacementError("this model already has adapters; call remove_adapters(model) first")
+    all_layers = encoder_layers(model)
+    if adapted_outputs(model):
+        raise PlacementError(
+            "this model already has adapters (added through a model that contains it); "
+            "call remove_adapters on that model first"
+        )
+    chosen = config.layer_indices(len(all_layers))
+    planned = []
+    for index in chosen:
+        for position, mode in config.positions:
+            output = _sublayer_output(all_layers[index], position)
+            weight = output.dense.weight
+            adapter = BottleneckAdapter(
+                output.dense.out_features, config.bottleneck, config.activation, config.init, config.init_scale,
+                config.bias,
+            ).to(device=weight.device, dtype=weight.dtype)
+            scale = config.parallel_scale if mode == "parallel" else 1.0
+            adapted = AdaptedOutput(output, adapter, mode, scale).train(output.training)  # the model's mode
+            planned.append((all_layers[index], position, adapted))
+    requires_grad = {name: p.requires_grad for name, p in model.named_parameters()}
+    for layer, position, adapted in planned:
+        _set_sublayer_output(layer, position, adapted)
+    object.__setattr__(model, CONFIG_ATTRIBUTE, config.replace(layers=chosen))
+    object.__setattr__(model, "_adapterlab_requires_grad", requires_grad)
+    set_trainable(model, "adapters", train_layernorm=config.train_layernorm, train_pooler=config.train_pooler)
+    return model
+
+
+def adapter_config(model: nn.Module) -> AdapterConfig | None:
+    """The AdapterConfig of the model's adapters, with ``layers`` spelled out; None when it has none.
+
+    Lab 9 relies on it (through the checkpoints) to load an adapter set only into matching adapters.
+    """
+    return getattr(model, CONFIG_ATTRIBUTE, None)
+
+
+def adapted_outputs(model: nn.Module) -> list[tuple[int, str, AdaptedOutput]]:
+    """(layer index, "attention" | "ffn", module) for every adapted sublayer, in order."""
+    found = []
+    for index, layer in enumerate(encoder_layers(model)):
+        for position in ("attention", "ffn"):
+            output = _sublayer_output(layer, position)
+            if isinstance(output, AdaptedOutput):
+                found.append((index, position, output))
+    return found
+
+
+def remove_adapters(model: nn.Module) -> nn.Module:
+    """Take every adapter out and restore the original modules and trainable flags.
+
+    The restored model computes exactly what it computed before add_adapters (bit for bit), as long
+    as its own weights were not trained in between.
+    """
+    if getattr(model, CONFIG_ATTRIBUTE, None) is None:
+        raise PlacementError(
+            "this model has no adapters to remove (if they were added to a model that contains this one, "
+            "call remove_adapters on that model)"
+        )
+    layers = encoder_layers(model)
+    for index, position, adapted in adapted_outputs(model):
+        # The original sat outside the module tree, so train()/eval() did not reach its own flag.
+        adapted.original.train(adapted.training)
+        _set_sublayer_output(layers[index], position, adapted.original)
+    saved = getattr(model, "_adapterlab_requires_grad", {})
+    for name, parameter in model.named_parameters():
+        parameter.requires_grad_(saved.get(name, True))
+    object.__delattr__(model, CONFIG_ATTRIBUTE)
+    object.__delattr__(model, "_adapterlab_requires_grad")
+    return model
+
+
+def set_adapters_enabled(model: nn.Module, enabled: bool, layers=None) -> nn.Module:
+    """Switch adapters on or off in the given layers (default all) without removing them (lab 8)."""
+    check_bool("enabled", enabled)
+    chosen = set(_check_layers(layers, len(encoder_layers(model))))
+    outputs = adapted_outputs(model)
+    if not outputs:
+        raise PlacementError("this model has no adapters; call add_adapters first")
+    for index, _, adapted in outputs:
+        if index in chosen:
+            adapted.enabled = enabled
+    return model
+
+
+def enabled_layers(model: nn.Module) -> list[int]:
+    """Indices of layers whose adapters are currently switched on."""
+    return sorted({index for index, _, adapted in adapted_outputs(model) if adapted.enabled})
+
+
+# --------------------------------------------------------------------------------------------------
+# What is trainable
+# --------------------------------------------------------------------------------------------------
+
+GROUPS = ("adapters", "layernorm", "pooler", "classifier", "other")
+
+
+def parameter_group(model: nn.Module, name: str) -> str:
+    """Which of GROUPS a named parameter belongs to (LoRA's A and B count as adapters: modules added to
+    the backbone)."""
+    parts = name.split(".")
+    if "adapter" in parts or parts[-1] in LORA_PARAMETERS:
+        return "adapters"
+    if "pooler" in parts:
+        return "pooler"
+    if parts[0] in ("classifier", "score", "qa_outputs"):
+        return "classifier"
+    module = model.get_submodule(".".join(parts[:-1]))
+    if isinstance(module, nn.LayerNorm):
+        return "layernorm"
+    return "other"
+
+
+def set_trainable(model: nn.Module, method: str, train_layernorm: bool = True, top_k: int | None = None,
+                  train_pooler: bool = False) -> nn.Module:
+    """Freeze the model, then unfreeze what ``method`` trains. Every method trains the new classifier;
+    the pretrained pooler trains only when ``train_pooler`` (or with ``full``): the original adapter-bert
+    code trains its ``adapters``, ``layer_norm`` and ``head`` collections and leaves the pooler frozen.
+
+    * ``adapters``: adapters, plus LayerNorms when train_layernorm (the paper trains them,
+      AdapterHub freezes them)
+    * ``full``: everything;  ``head``: the classifier;  ``layernorm``: every LayerNorm
+    * ``top_k``: the last top_k transformer layers
+    * ``bitfit``: every bias of the backbone (attention, FFN and LayerNorm biases), as in BitFit's own code
+    * ``lora``: the LoRA matrices that :func:`adapterlab.lora_model.add_lora` added
+    """
+    allowed = ("adapters",) + FREEZE_METHODS + ("lora",)
+    check_bool("train_layernorm", train_layernorm)
+    check_bool("train_pooler", train_pooler)
+    if method not in allowed:
+        raise PlacementError(f"method must be one of {', '.join(allowed)}; got {method!r}")
+    n_layers = len(encoder_layers(model))
+    if method == "top_k":
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= n_layers:
+            raise PlacementError(f"top_k must be an integer in 1..{n_layers} for this model; got {top_k!r}")
+    if method == "adapters" and not adapted_outputs(model):
+        raise PlacementError("method 'adapters' needs adapters; call add_adapters first")
+    if method == "lora" and not any(name.rpartition(".")[2] in LORA_PARAMETERS for name, _ in model.named_parameters()):
+        raise PlacementError("method 'lora' needs LoRA layers; call adapterlab.lora_model.add_lora first")
+    top_prefixes = {f"encoder.layer.{i}." for i in range(n_layers - (top_k or 0), n_layers)}
+    for name, parameter in model.named_parameters():
+        group = parameter_group(model, name)
+        trainable = (
+            method == "full"
+            or group == "classifier"
+            or (group == "pooler" and train_pooler)
+            or (method == "adapters" and (group == "adapters" or (train_layernorm and group == "layernorm")))
+            or (method == "layernorm" and group == "layernorm")
+            or (method == "top_k" and any(f".{prefix}" in f".{name}" for prefix in top_prefixes))
+            or (method == "bitfit" and name.endswith(".bias") and group in ("layernorm", "other"))
+            or (method == "lora" and group == "adapters")
+        )
+        parameter.requires_grad_(trainable)
+    if method == "bitfit":
+        object.__setattr__(model, BITFIT_ATTRIBUTE, {"train_pooler": train_pooler})
+    elif hasattr(model, BITFIT_ATTRIBUTE):
+        object.__delattr__(model, BITFIT_ATTRIBUTE)
+    return model
+
+
+def bitfit_settings(model: nn.Module) -> dict | None:
+    """``{"train_pooler": ...}`` when set_trainable last made the model train BitFit's biases, else None."""
+    return getattr(model, BITFIT_ATTRIBUTE, None)
+
+
+def apply_method(model: nn.Module, method: str, *, top_k: int = 2, train_pooler: bool = False,
+                 **settings) -> nn.Module:
+    """Prepare a fresh model for any method the labs compare (one of METHODS); labs 6-9 train this way.
+
+    A placement gets adapters built from its preset with the adapter settings (the fields of
+    :class:`AdapterConfig`, as in :func:`add_adapters`); ``lora`` gets LoRA layers from ``lora_rank``,
+    ``lora_alpha`` and ``lora_targets`` (:func:`adapterlab.lora_model.add_lora`); the other methods take
+    only ``top_k`` and ``train_pooler``. Each method ignores the others' settings, so that one set of
+    arguments (``TrainConfig.method_kwargs()``) serves every method.
+    """
+    lora_settings = {name: settings.pop(name) for name in LORA_SETTINGS if name in settings}
+    if method in PLACEMENTS:
+        return add_adapters(model, method, train_pooler=train_pooler, **settings)
+    fields = [field.name for field in dataclasses.fields(AdapterConfig)]
+    unknown = sorted(set(settings) - set(fields))
+    if unknown:
+        raise TypeError(f"apply_method got unknown settings {unknown}; adapter settings are {', '.join(fields)}, "
+                        f"LoRA settings {', '.join(LORA_SETTINGS)}")
+    if method == "lora":
+        from .lora import add_lora  # lora_model builds on this module
+
+        return add_lora(model, **{name.removeprefix("lora_"): value for name, value in lora_settings.items()},
+                        train_pooler=train_pooler)
+    if method not in FREEZE_METHODS:
+        raise PlacementError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
+    return set_trainable(model, method, top_k=top_k if method == "top_k" else None, train_pooler=train_pooler)
+
+
+@dataclass
+class TrainableSummary:
+    """Trainable and frozen parameter counts per group, and the share of the backbone trained."""
+
+    trainable: dict
+    frozen: dict
+
+    @property
+    def total_trainable(self) -> int:
+        return sum(self.trainable.values())
+
+    @property
+    def total(self) -> int:
+        return self.total_trainable + sum(self.frozen.values())
+
+    @property
+    def backbone(self) -> int:
+        """The pretrained network: everything but the adapters and the task classifier."""
+        return sum(self.trainable[g] + self.frozen[g] for g in ("layernorm", "pooler", "other"))
+
+    @property
+    def percent_of_backbone(self) -> float:
+        return 100.0 * self.total_trainable / self.backbone
+
+    def as_dict(self) -> dict:
+        return {
+            "trainable": dict(self.trainable),
+            "frozen": dict(self.frozen),
+            "total_trainable": self.total_trainable,
+            "total": self.total,
+            "backbone": self.backbone,
+            "percent_of_backbone": self.percent_of_backbone,
+        }
+
+    def __str__(self) -> str:
+        lines = [f"{'group':<12}{'trainable':>14}{'frozen':>14}"]
+        for group in GROUPS:
+            lines.append(f"{group:<12}{self.trainable[group]:>14,}{self.frozen[group]:>14,}")
+        lines.append(f"{'total':<12}{self.total_trainable:>14,}{sum(self.frozen.values()):>14,}")
+        lines.append(f"trainable = {self.percent_of_backbone:.2f} % of the backbone ({self.backbone:,})")
+        return "\n".join(lines)
+
+
+def trainable_summary(model: nn.Module) -> TrainableSummary:
+    """Count trainable and frozen parameters by group (adapters, layernorm, pooler, classifier, other)."""
+    trainable = dict.fromkeys(GROUPS, 0)
+    frozen = dict.fromkeys(GROUPS, 0)
+    for name, parameter in model.named_parameters():
+        bucket = trainable if parameter.requires_grad else frozen
+        bucket[parameter_group(model, name)] += parameter.numel()
+    return TrainableSummary(trainable, frozen)

@@ -1,0 +1,213 @@
+"""Lab 8's span ablation over three seeds: read from the run store, put beside the paper and a control.
+
+One seed's ablation on 300 sentences cannot tell a 2-point difference from noise, so lab 8 draws its
+conclusions from the stored ablations of the reference runs (:mod:`adapterlab.ablation_runs`, made with
+``adapterlab ablate``) and from a control the paper did not run: the classifier retrained on the bare
+backbone (method "head", stored by ``adapterlab sweep``). "All adapters off" scores the trained head on
+features it was not trained on; the control says what the backbone's own features are worth with a head
+that fits them. Together they separate "the backbone alone is already a good feature extractor" from
+"the adapters carry the task".
+
+Every claim is a boolean computed from the stored numbers (:meth:`StoredAblations.claims`); a claim that
+cannot be computed because runs are missing is None, and :meth:`StoredAblations.missing` names the
+commands that make them. Nothing here trains.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from .ablation_runs import (
+    AblationSummary,
+    ablate_command_line,
+    stored_ablations,
+    summarize_ablations,
+)
+from .reference import (
+    REFERENCE_BACKBONE,
+    REFERENCE_CONFIG,
+    SEEDS,
+    PaperValue,
+    SeedRow,
+    missing_report,
+    seed_rows,
+)
+
+#: Dev rows each span is scored on: lab 8's ``ablation_eval`` for the stand-in (student profile).
+REFERENCE_EVAL_ROWS = 300
+#: "Costs little": the paper's largest single-layer drop was 2 points (MNLI), smaller on CoLA.
+SINGLE_LAYER_COST = 0.02
+#: "About the majority class": the paper's all-off cells were within a point or two of it.
+NEAR_MAJORITY = 0.05
+
+#: What each claim of :meth:`StoredAblations.claims` says, as lab 8 prints it.
+CLAIMS = {
+    "one_layer_costs_little": "any one layer's adapters off costs under 2 points",
+    "lower_matter_less": "the lower half off costs less than the upper half off, beyond the spread",
+    "all_off_near_majority": "every adapter off lands within 5 points of the majority class",
+    "backbone_alone_is_good": "a head retrained on the bare backbone recovers over half the adapters' gain",
+    "adapters_beat_head": "the adapted model beats the retrained head, beyond the spread",
+    "all_off_below_head": "every adapter off scores below the retrained head, beyond the spread",
+}
+#: The shape of the paper's Figure 6 (left and centre), as summarised in the course's paper notes.
+PAPER_SHAPE = {
+    "one_layer": PaperValue("adapters of any one layer off", "at most a 2-point drop (MNLI), less on CoLA",
+                            "paper Fig. 6 left/centre, Section 3.6"),
+    "lower_upper": PaperValue("lower layers' adapters off against upper layers'",
+                              "layers 0-4 off barely matter; layers 8-11 off cost much more (MNLI)",
+                              "paper Fig. 6 left/centre, Section 3.6"),
+    "all_off": PaperValue("every adapter off", "the majority class: 37 % on MNLI, 69 % on CoLA",
+                          "paper Fig. 6 left/centre, Section 3.6"),
+}
+
+
+@dataclass
+class StoredAblations:
+    """The stored span ablations of one setting over seeds and the head-only control (lab 8).
+
+    ``summary`` is None unless at least two seeds are stored; ``missing_seeds`` are those not stored.
+    ``head`` is the control's row: the best dev metric of the classifier retrained on the bare backbone.
+    """
+
+    task: str
+    config: object
+    seeds: tuple
+    eval_rows: int
+    backbone: str
+    summary: AblationSummary | None
+    missing_seeds: tuple
+    head: SeedRow
+
+    # -- the numbers the claims compare ------------------------------------------------------------
+
+    def halves(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per seed: the score with the lower half of the layers off, and with the upper half off."""
+        n = self.summary.scores.shape[1]
+        return self.summary.scores[:, 0, n // 2 - 1], self.summary.scores[:, n // 2, n - 1]
+
+    def single_layer_cost(self) -> np.ndarray:
+        """Per layer: the mean over seeds of (all on − that layer's adapters off)."""
+        diagonal = np.diagonal(self.summary.scores, axis1=1, axis2=2)
+        return (self.summary.full[:, None] - diagonal).mean(axis=0)
+
+    def trained_row(self) -> SeedRow:
+        """The adapted runs' own best dev metric (all dev rows, like the control), from the stored ablations."""
+        values = tuple(self.summary.trained)
+        return dataclasses.replace(self.head, label=self.config.method, config=self.config, values=values,
+                                   seeds=tuple(self.summary.seeds), missing=self.missing_seeds, diverged=0,
+                                   mean=float(np.mean(values)), std=float(np.std(values, ddof=1)))
+
+    # -- the claims --------------------------------------------------------------------------------
+
+    def claims(self) -> dict[str, bool | None]:
+        """Each claim lab 8 states, as a boolean from the stored numbers (None: not enough runs stored).
+
+        * ``one_layer_costs_little``: no single layer's adapters off costs SINGLE_LAYER_COST or more on the mean;
+        * ``lower_matter_less``: the lower half off scores above the upper half off by more than the larger
+          of their spreads over seeds (the paper's shape);
+        * ``all_off_near_majority``: every adapter off lands within NEAR_MAJORITY of the majority class;
+        * ``backbone_alone_is_good``: the retrained head recovers more than half of what the adapters gain
+          over the majority class;
+        * ``adapters_beat_head``: the adapted model scores above the retrained head by more than the spread;
+        * ``all_off_below_head``: every adapter off scores below the retrained head by more than the spread:
+          the trained head relies on adapted features.
+        """
+        names = tuple(CLAIMS)
+        if self.summary is None:
+            return dict.fromkeys(names)
+        s = self.summary
+        lower, upper = self.halves()
+        majority = float(s.majority.mean())
+        out = {
+            "one_layer_costs_little": bool(self.single_layer_cost().max() < SINGLE_LAYER_COST),
+            "lower_matter_less": bool(lower.mean() - upper.mean() > max(lower.std(ddof=1), upper.std(ddof=1))),
+            "all_off_near_majority": bool(abs(s.all_removed.mean() - majority) < NEAR_MAJORITY),
+        }
+        head = self.head
+        if head.n < 2:
+            return out | dict.fromkeys(names[3:])
+        trained = self.trained_row()
+        all_off = s.all_removed
+        return out | {
+            "backbone_alone_is_good": bool(head.mean - majority > 0.5 * (trained.mean - majority)),
+            "adapters_beat_head": bool(trained.mean - head.mean > max(trained.std, head.std)),
+            "all_off_below_head": bool(head.mean - all_off.mean() > max(all_off.std(ddof=1), head.std)),
+        }
+
+    # -- what a lab prints -------------------------------------------------------------------------
+
+    def table(self) -> str:
+        """Every cell's mean ± sample sd over the seeds: rows the first layer off, columns the last."""
+        s = self.summary
+        n = s.scores.shape[1]
+        lines = [(f"{s.metric}, mean ± sd over seeds {', '.join(map(str, s.seeds))}; row: first layer off, "
+                 f"column: last layer off"), "      " + "".join(f"{j:>14}" for j in range(n))]
+        for i in range(n):
+            cells = ["" if j < i else f"{s.mean[i, j]:.3f} ± {s.std[i, j]:.3f}" for j in range(n)]
+            lines.append(f"{i:>6}" + "".join(f"{c:>14}" for c in cells))
+        return "\n".join(lines)
+
+    def beside_the_paper(self) -> str:
+        """The paper's shape and ours, one line each, with the head-only control under "all off"."""
+        s = self.summary
+        lower, upper = self.halves()
+        n = s.scores.shape[1]
+        cost = self.single_layer_cost()
+        ours = {
+            "one_layer": f"largest mean drop {cost.max():.3f} (layer {int(cost.argmax())})",
+            "lower_upper": f"layers 0-{n // 2 - 1} off {_show(lower)}; layers {n // 2}-{n - 1} off {_show(upper)}",
+            "all_off": f"{_show(s.all_removed)} against the majority class {s.majority.mean():.3f}",
+        }
+        lines = []
+        for name, paper in PAPER_SHAPE.items():
+            lines += [f"{paper.what}:", f"    paper ({paper.source}): {paper.value}", f"    ours: {ours[name]}"]
+        control = (f"{_show(np.array(self.head.values))} (best score on every dev row; the adapted model there: "
+                   f"{_show(np.array(self.trained_row().values))})" if self.head.n > 1 else "not stored")
+        lines.append(f"    control, the head retrained on the bare backbone: {control}")
+        return "\n".join(lines)
+
+    def claim_lines(self, names) -> str:
+        """One line per named claim: what it says and True, False or "not stored" (lab 8's checked cells)."""
+        claims = self.claims()
+        return "\n".join(f"{CLAIMS[name]}: {'not stored' if claims[name] is None else claims[name]}"
+                         for name in names)
+
+    def missing(self) -> str:
+        """What is not stored, with the commands that make it; empty when everything is."""
+        lines = []
+        if self.missing_seeds:
+            seeds, missing = (", ".join(map(str, seeds)) for seeds in (self.seeds, self.missing_seeds))
+            lines.append(f"span ablations of seeds {seeds}: seed {missing} not stored; to make them (stored seeds "
+                         "are skipped):")
+            lines.append("  " + ablate_command_line(self.task, self.config, self.seeds, self.eval_rows,
+                                                    backbone=self.backbone))
+        if self.head.missing:
+            lines += ["head-only control: " + line for line in missing_report(self.task, [self.head],
+                                                                              self.backbone).splitlines()]
+        return "\n".join(lines)
+
+
+def _show(values: np.ndarray) -> str:
+    return f"{values.mean():.3f} ± {values.std(ddof=1):.3f}"
+
+
+def read_stored_ablations(task: str = "sst2", config=REFERENCE_CONFIG, seeds=SEEDS,
+                          eval_rows: int = REFERENCE_EVAL_ROWS, *, backbone: str = REFERENCE_BACKBONE,
+                          stores=None, **load_args) -> StoredAblations:
+    """The stored span ablations of ``config`` at ``seeds`` and the head-only control beside them (lab 8).
+
+    The defaults are the reference settings (:data:`adapterlab.experiments.REFERENCE_CONFIG`, the stand-in,
+    the full data, 300 dev rows per span); ``load_args`` are :func:`adapterlab.runstore.key_for`'s. Trains
+    nothing: what is missing is reported by :meth:`StoredAblations.missing`.
+    """
+    seeds = tuple(seeds)
+    records = stored_ablations(task, config, seeds, eval_rows, backbone=backbone, stores=stores, **load_args)
+    found = [record for record in records if record is not None]
+    summary = summarize_ablations(found) if len(found) > 1 else None
+    head = seed_rows(task, config, {"head only": dataclasses.replace(config, method="head")}, seeds=seeds,
+                     backbone=backbone, stores=stores, **load_args)[0]
+    return StoredAblations(task, config, seeds, eval_rows, backbone, summary,
+                           tuple(seed for seed, record in zip(seeds, records) if record is None), head)

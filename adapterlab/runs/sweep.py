@@ -1,0 +1,102 @@
+"""Sweeps: a grid of settings × seeds, every run stored, split into shards, resumed where it stopped.
+
+``adapterlab sweep`` (and :func:`run_sweep`) expands a grid such as ``bottleneck=2,8,64`` ×
+``init_scale=1e-3,1e-2`` × seeds 0–2 into a fixed list of runs. ``--shard I/N`` takes every N-th run
+starting at the I-th (counting from 1), so N processes, machines or GPUs of a batch scheduler share one
+grid without talking to each other; each run is stored in the run store as it finishes
+(:mod:`adapterlab.runstore`), the store merges the shards' results, and a sweep started again skips every
+run already stored — an interrupted sweep resumes where it stopped.
+
+Every run trains in its config's precision (:mod:`adapterlab.precision`). ``adapterlab sweep`` defaults to
+fp32: the reference runs are fp32, and "auto" could resolve to bf16 on one shard's machine and fp32 on
+another's, splitting one grid into two precisions that never stand in for each other. ``--precision bf16``
+(or ``--grid precision=fp32,bf16`` to compare the two) is for a machine that computes bf16 fast.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+from tqdm.auto import tqdm
+
+from .store import RunStore, run_or_load
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"I/N"`` (1 ≤ I ≤ N) as (I, N)."""
+    try:
+        index, count = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise ValueError(f"--shard must look like I/N, e.g. 1/2 for the first of two shards; got {text!r}") from None
+    if not 1 <= index <= count:
+        raise ValueError(f"--shard I/N needs 1 <= I <= N; got {text!r}")
+    return index, count
+
+
+def parse_grid_value(field: dataclasses.Field, text: str):
+    """One value of a ``--grid NAME=V1,V2`` option, converted to the TrainConfig field's type."""
+    kind = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", str(field.type))
+    if text.lower() == "none" and "None" in kind:
+        return None
+    if kind.startswith("bool"):
+        if text.lower() not in ("true", "false"):
+            raise ValueError(f"{field.name} takes true or false; got {text!r}")
+        return text.lower() == "true"
+    if kind.startswith("int"):
+        return int(text)
+    if kind.startswith("float"):
+        return float(text)
+    return text
+
+
+def parse_grid(options: list[str], config_class) -> dict[str, list]:
+    """``["bottleneck=2,8", "init_scale=1e-3,1e-2"]`` as ``{"bottleneck": [2, 8], ...}``, typed and checked."""
+    fields = {field.name: field for field in dataclasses.fields(config_class)}
+    grid: dict[str, list] = {}
+    for option in options:
+        name, _, values = option.partition("=")
+        name = name.strip().replace("-", "_")
+        if name not in fields or name in ("seed", "progress", "device"):
+            settable = ", ".join(n for n in fields if n not in ("seed", "progress", "device"))
+            raise ValueError(f"--grid {option!r}: no training setting {name!r}; one of {settable} (seeds: --seeds)")
+        if not values:
+            raise ValueError(f"--grid {option!r} has no values: write {name}=V1,V2,...")
+        if name in grid:
+            raise ValueError(f"--grid names {name!r} twice: give all its values in one option")
+        grid[name] = [parse_grid_value(fields[name], value.strip()) for value in values.split(",")]
+    return grid
+
+
+def expand(base, grid: dict[str, list], seeds) -> list:
+    """Every combination of the grid's values, for every seed, as TrainConfigs (validated), in a fixed order:
+    the grid's last setting varies fastest, then the seed."""
+    names = list(grid)
+    configs = []
+    for values in itertools.product(*(grid[name] for name in names)):
+        for seed in seeds:
+            configs.append(dataclasses.replace(base, **dict(zip(names, values)), seed=seed).validate())
+    return configs
+
+
+def run_sweep(task: str, configs: list, *, stores: list[RunStore], shard: tuple[int, int] = (1, 1),
+              backbone: str = "bert-base-uncased", data_dir=None, max_train: int | None = None,
+              max_eval: int | None = None, fallback: bool = True, progress: bool = True, on_run=None) -> list:
+    """Run this shard's share of ``configs`` (see the module docstring); return a Lookup per run.
+
+    A run already in one of ``stores`` is not trained again; new runs go into the first writable store.
+    ``on_run(lookup)`` is called after each run (a caller interrupted part-way still has those).
+    """
+    index, count = shard
+    mine = configs[index - 1::count]
+    lookups = []
+    bar = tqdm(mine, desc=f"sweep {task} shard {index}/{count}", unit="run", disable=not progress)
+    for config in bar:
+        lookup = run_or_load(task, dataclasses.replace(config, progress=False), backbone=backbone,
+                             data_dir=data_dir, max_train=max_train, max_eval=max_eval, fallback=fallback,
+                             stores=stores)
+        lookups.append(lookup)
+        if on_run is not None:
+            on_run(lookup)
+        bar.set_postfix(stored=sum(item.stored for item in lookups), trained=sum(not item.stored for item in lookups))
+    return lookups

@@ -1,0 +1,789 @@
+"""Self-checks for the lab exercises: each says in plain words what is right or what is wrong.
+
+A check runs the student's code on small random cases and compares it with an independent
+reference (autograd, a real module, a real model's parameter count). On success it prints one line
+starting with ✔. On a wrong answer it raises :class:`CheckFailed` whose message names the mistake,
+recognised by comparing the answer with the mistakes students make most often (the residual left
+out, a transposed gradient, a forgotten bias …). An answer that still raises ``NotImplementedError``
+(the student copies) is reported as missing.
+"""
+
+from __future__ import annotations
+
+import copy
+import numbers
+import re
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..model.adapter import BottleneckAdapter
+from ..model.counting import meta_model
+from ..model.placement import AdapterConfig, add_adapters
+
+#: Largest start deviation ‖A(h) − h‖/‖h‖ accepted as "near the identity".
+NEAR_IDENTITY = 0.05
+ATOL, RTOL = 1e-5, 1e-4
+
+
+class CheckFailed(AssertionError):
+    """The answer is missing or wrong; the message says which, in plain words."""
+
+
+def _missing(what: str) -> CheckFailed:
+    return CheckFailed(
+        f"The answer is missing: {what} still raises NotImplementedError. Write your solution in the "
+        "exercise cell above (replace the `raise NotImplementedError(...)` line), run that cell, "
+        "then run this check again."
+    )
+
+
+def _call(what: str, fn, *args, hint: str = ""):
+    """Call the student's code; turn a stub or a crash into a plain-words CheckFailed."""
+    try:
+        return fn(*args)
+    except NotImplementedError:
+        raise _missing(what) from None
+    except Exception as error:
+        raise CheckFailed(f"Calling {what} raised {type(error).__name__}: {error}. {hint}".rstrip()) from error
+
+
+def _close(a, b) -> bool:
+    return isinstance(a, torch.Tensor) and a.shape == b.shape and torch.allclose(a, b, atol=ATOL, rtol=RTOL)
+
+
+def _name(obj) -> str:
+    return getattr(obj, "__name__", type(obj).__name__)
+
+
+def _passed(message: str) -> None:
+    print(f"✔ {message}")
+
+
+# --------------------------------------------------------------------------------------------------
+# Lab 1: the adapter module
+# --------------------------------------------------------------------------------------------------
+
+_NONLINEARITIES = {
+    "GELU": F.gelu,
+    "GELU (tanh approximation)": lambda x: F.gelu(x, approximate="tanh"),
+    "ReLU": F.relu,
+    "SiLU": F.silu,
+    "tanh": torch.tanh,
+}
+
+
+def _check_linear(adapter, attribute: str, in_features: int, out_features: int, role: str) -> None:
+    layer = getattr(adapter, attribute, None)
+    if layer is None:
+        raise CheckFailed(
+            f"Your adapter has no attribute `{attribute}`: name the {role} `self.{attribute} = nn.Linear(...)` "
+            "so that the labs can find it."
+        )
+    if not isinstance(layer, nn.Linear):
+        raise CheckFailed(f"`self.{attribute}` is a {type(layer).__name__}; it should be an nn.Linear.")
+    if (layer.in_features, layer.out_features) != (in_features, out_features):
+        raise CheckFailed(
+            f"`self.{attribute}` maps {layer.in_features} → {layer.out_features} features; the {role} must map "
+            f"{in_features} → {out_features}."
+        )
+
+
+def _check_parameter_shapes(adapter: nn.Module, d: int, r: int) -> None:
+    """Exactly W_down (r, d), b_down (r,), W_up (d, r) and b_up (d,); otherwise say which part is off."""
+    expected = 2 * r * d + r + d
+    shapes = {name: tuple(p.shape) for name, p in adapter.named_parameters()}
+    count = sum(p.numel() for p in adapter.parameters())
+    biases = {name: shape for name, shape in shapes.items() if len(shape) < 2}
+    if sorted(shapes.values()) == sorted([(r, d), (r,), (d, r), (d,)]):
+        return
+    if count == 2 * r * d and not biases:
+        raise CheckFailed(
+            f"Your adapter has {count} parameters, 2rd without biases; the paper's adapter has biases in both "
+            f"projections: 2rd + r + d = {expected}. Use nn.Linear's default bias=True."
+        )
+    wrong = {name: shape for name, shape in biases.items() if shape not in ((r,), (d,))}
+    if wrong:
+        listed = ", ".join(f"{name} {shape}" for name, shape in wrong.items())
+        raise CheckFailed(
+            f"Your bias shapes are wrong: {listed}. Every unit needs its own bias: b_down has shape ({r},), one "
+            f"per bottleneck unit, and b_up ({d},), one per output feature (nn.Linear makes them for you)."
+        )
+    have = sorted(biases.values())
+    if have == [(d,)]:
+        raise CheckFailed(f"Your adapter has b_up but no b_down: the down-projection needs its bias of shape ({r},) too.")
+    if have == [(r,)]:
+        raise CheckFailed(f"Your adapter has b_down but no b_up: the up-projection needs its bias of shape ({d},) too.")
+    listed = ", ".join(f"{name} {shape}" for name, shape in shapes.items())
+    raise CheckFailed(
+        f"Your adapter has {count} parameters ({listed}); a bottleneck adapter has exactly W_down ({r}, {d}), "
+        f"b_down ({r},), W_up ({d}, {r}) and b_up ({d},): 2rd + r + d = {expected}."
+    )
+
+
+def _diagnose_forward(out: torch.Tensor, h: torch.Tensor, adapter: nn.Module) -> str | None:
+    """None when out = h + up(f(down(h))) for a known f; otherwise what the code computes instead."""
+    down, up = adapter.down, adapter.up
+    z = down(h)
+    for name, f in _NONLINEARITIES.items():
+        if _close(out, h + up(f(z))):
+            return None
+    if any(_close(out, up(f(z))) for f in _NONLINEARITIES.values()):
+        return "Your adapter returns up(f(down(h))) without adding h back: the residual is missing."
+    if _close(out, h + up(z)):
+        return (
+            "Your adapter has no nonlinearity: it computes h + up(down(h)), which is linear in h (lab 3 shows it "
+            "is then just a LoRA update). Put f between the down- and the up-projection."
+        )
+    if any(_close(out, h + f(up(z))) for f in _NONLINEARITIES.values()):
+        return "You applied the nonlinearity after the up-projection; it belongs between the two projections."
+    if any(_close(out, h + up(down(f(h)))) for f in _NONLINEARITIES.values()):
+        return "You applied the nonlinearity before the down-projection; it belongs between the two projections."
+    if any(_close(out, f(h + up(f(z)))) or _close(out, f(h + up(z))) for f in _NONLINEARITIES.values()):
+        return "You applied the nonlinearity to the sum; the residual must carry h through untouched."
+    if _close(out, h):
+        return "Your adapter returns h unchanged: it must add its correction, computed from h, to h."
+    return (
+        "Your adapter's output is not h + up(f(down(h))) for f = GELU, ReLU, SiLU or tanh "
+        f"(largest difference {(out - h - up(F.gelu(z))).abs().max().item():.2g} from the GELU version)."
+    )
+
+
+def _dead_init(adapter: nn.Module, h: torch.Tensor) -> str | None:
+    """Why a freshly built adapter cannot learn beyond b_up, or None when it can.
+
+    The test is the gradient itself (float64, a random loss L = Σ⟨A(h), δ⟩): if W_down, b_down and
+    W_up all get exactly zero, a step moves b_up alone and the next gradient is zero again, for ever.
+    Zero-up init (W_up = 0, W_down random) is alive: W_up's gradient is δᵀf(z) ≠ 0.
+    """
+    probe = copy.deepcopy(adapter).double()
+    h = h.double()
+    delta = torch.randn(h.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    others = [probe.down.weight, probe.down.bias, probe.up.weight]
+    with torch.enable_grad():
+        gradients = torch.autograd.grad((probe(h) * delta).sum(), others, allow_unused=True)
+    if any(g is not None and torch.count_nonzero(g) for g in gradients):
+        return None
+    if not torch.count_nonzero(probe.up.weight):
+        why = (
+            "both matrices start at zero. W_up's gradient needs f(W_down h + b_down) ≠ 0 and W_down's needs "
+            "W_up ≠ 0, so neither can ever start"
+        )
+        fix = "Keep one of them random: the identity at the start needs only one of them to be zero."
+    else:
+        why = (
+            "W_down starts at zero, so every bottleneck unit sits at z = 0, where your f gives 0 and passes no "
+            "gradient"
+        )
+        fix = "Start W_down random."
+    return (
+        f"Your adapter cannot learn: {why}. At step zero only b_up gets a gradient, and b_up alone can only "
+        f"add a constant. {fix}"
+    )
+
+
+def _identical_units(adapter: nn.Module) -> bool:
+    """True when all r bottleneck units start with the same weights: they then stay the same for ever."""
+    units = torch.cat([adapter.down.weight, adapter.down.bias[:, None], adapter.up.weight.T], dim=1)
+    return units.shape[0] > 1 and bool((units == units[0]).all())
+
+
+def check_adapter_class(adapter_class, d_model: int = 16, bottleneck: int = 4) -> None:
+    """Check a student's adapter class ``adapter_class(d_model, bottleneck)`` with ``.down`` and ``.up`` (lab 1).
+
+    It must have exactly W_down, b_down, W_up and b_up, compute h + up(f(down(h))) at random
+    (non-special) weights on inputs of any leading shape, start near the identity
+    (‖A(h) − h‖/‖h‖ < 5 %) and be able to learn: a gradient must reach more than b_up.
+    """
+    name = _name(adapter_class)
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        adapter = _call(f"{name}({d_model}, {bottleneck})", adapter_class, d_model, bottleneck)
+        _check_linear(adapter, "down", d_model, bottleneck, "down-projection (d_model → bottleneck)")
+        _check_linear(adapter, "up", bottleneck, d_model, "up-projection (bottleneck → d_model)")
+        _check_parameter_shapes(adapter, d_model, bottleneck)
+        h = torch.randn(2, 3, d_model)
+        fresh = _call(f"{name}.forward", adapter, h)
+        if not isinstance(fresh, torch.Tensor) or fresh.shape != h.shape:
+            shape = tuple(fresh.shape) if isinstance(fresh, torch.Tensor) else type(fresh).__name__
+            raise CheckFailed(
+                f"For an input of shape {tuple(h.shape)} your forward returns {shape}; an adapter must return "
+                "a tensor of the same shape as its input."
+            )
+        probe = copy.deepcopy(adapter)
+        with torch.no_grad():
+            for parameter in probe.parameters():
+                parameter.normal_(0.0, 0.5)  # large random weights and biases, so that a missing f or residual shows
+            out = _call(f"{name}.forward", probe, h)
+            problem = _diagnose_forward(out, h, probe)
+        if problem:
+            raise CheckFailed(problem)
+        problem = _dead_init(adapter, h)
+        if problem:
+            raise CheckFailed(problem)
+        if _identical_units(adapter):
+            raise CheckFailed(
+                f"All {bottleneck} bottleneck units of your fresh adapter start with identical weights, so they get "
+                "identical gradients and stay identical: the bottleneck acts as if r were 1. Draw random weights."
+            )
+        deviation = (torch.linalg.norm(fresh - h) / torch.linalg.norm(h)).item()
+        if deviation >= NEAR_IDENTITY:
+            raise CheckFailed(
+                f"A freshly built adapter changes h by {100 * deviation:.0f} % (‖A(h) − h‖/‖h‖ = {deviation:.2f}); "
+                f"it should start near the identity (below {100 * NEAR_IDENTITY:.0f} %). nn.Linear's default "
+                "weights are far too large: make the correction tiny at the start (lab 2 measures how tiny)."
+            )
+    _passed(
+        f"{name} is right: h + up(f(down(h))) at random weights, 2rd + r + d = {2 * bottleneck * d_model + bottleneck + d_model} "
+        f"parameters for d = {d_model}, r = {bottleneck}; it starts near the identity (below "
+        f"{100 * NEAR_IDENTITY:.0f} %) and can learn."
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Lab 2: the adapter's weight gradients, in general and at step zero
+# --------------------------------------------------------------------------------------------------
+
+#: (d, r, tokens, f) of the general gradient cases. The first is square (d = r), so that a forgotten or
+#: untransposed W_up still has the right shape and can be named rather than crash.
+GRADIENT_CASES = [(6, 6, 5, "gelu"), (16, 4, 7, "tanh"), (12, 3, 6, "relu"), (10, 5, 4, "silu")]
+
+
+def _general_case(d: int, r: int, tokens: int, activation: str, seed: int):
+    """An adapter with every weight and bias random (W_up ≠ 0), and random h, δ.
+
+    For ReLU, z = W_down h + b_down is kept at least 0.05 away from the kink at 0, where a closed form and
+    autograd could legitimately disagree about f′.
+    """
+    for attempt in range(100):
+        generator = torch.Generator().manual_seed(1000 * seed + attempt)
+        with torch.random.fork_rng():  # leave the notebook's random state as it was
+            adapter = BottleneckAdapter(d, r, activation, init="bert")
+        with torch.no_grad():
+            for parameter in adapter.parameters():
+                parameter.copy_(0.5 * torch.randn(parameter.shape, generator=generator))
+            h = torch.randn(tokens, d, generator=generator)
+            delta = torch.randn(tokens, d, generator=generator)
+            if activation != "relu" or adapter.down(h).abs().min() > 0.05:
+                return adapter, h, delta
+    raise RuntimeError("no ReLU case away from the kink")  # pragma: no cover - 100 draws always find one
+
+
+def _activation_derivative(adapter, z: torch.Tensor) -> torch.Tensor:
+    """f′(z) element by element, by autograd: f acts on each number alone, so ∂Σf(z)/∂z = f′(z)."""
+    z = z.detach().requires_grad_()
+    with torch.enable_grad():
+        return torch.autograd.grad(adapter.act(z).sum(), z)[0]
+
+
+def _weight_gradients(adapter, h, delta):
+    """(∂L/∂W_down, ∂L/∂W_up) by autograd for L = Σ_t ⟨Adapter(h_t), δ_t⟩ (the reference)."""
+    with torch.enable_grad():
+        loss = (adapter(h) * delta).sum()
+        return torch.autograd.grad(loss, (adapter.down.weight, adapter.up.weight))
+
+
+def _gradient_answer(name: str, gradients_fn, adapter, h, delta, hint: str = ""):
+    """Call the student's gradient function on copies; return (grad_down, grad_up) detached."""
+    answer = _call(f"{name}(adapter, h, delta)", gradients_fn, copy.deepcopy(adapter), h.clone(), delta.clone(), hint=hint)
+    if not isinstance(answer, (tuple, list)) or len(answer) != 2:
+        raise CheckFailed(f"{name} must return two tensors, (grad_down, grad_up); it returned {type(answer).__name__}.")
+    return tuple(g.detach() if isinstance(g, torch.Tensor) else g for g in answer)
+
+
+def _diagnose_down_gradient(grad_down, adapter, h, delta, reference: torch.Tensor) -> str:
+    d, r, tokens = adapter.d_model, adapter.bottleneck, h.shape[0]
+    if isinstance(grad_down, torch.Tensor) and grad_down.shape == (tokens, r, d):
+        return (
+            f"Your ∂L/∂W_down has shape {tuple(grad_down.shape)}: one gradient per token. L sums over the tokens, "
+            "so its gradient is the sum of theirs: sum over the batch."
+        )
+    if isinstance(grad_down, torch.Tensor) and grad_down.shape == (d, r) and d != r and _close(grad_down.T, reference):
+        return f"Your ∂L/∂W_down has shape ({d}, {r}) but W_down has shape ({r}, {d}): it is transposed."
+    if not isinstance(grad_down, torch.Tensor) or grad_down.shape != (r, d):
+        shape = tuple(grad_down.shape) if isinstance(grad_down, torch.Tensor) else type(grad_down).__name__
+        return f"Your ∂L/∂W_down is {shape}; it must be a tensor shaped like W_down: ({r}, {d})."
+    w_up, w_down = adapter.up.weight.detach(), adapter.down.weight.detach()
+    z = h @ w_down.T + adapter.down.bias.detach()
+    back = delta @ w_up  # row t: W_upᵀ δ_t
+    slope = _activation_derivative(adapter, z)
+    mistakes = [
+        (back.T @ h, "You left out f′(z): the gradient passes back through the nonlinearity, so each unit's "
+         "signal is scaled by the slope of f at its own z."),
+        ((back * adapter.act(z)).T @ h, "You used f(z) where the slope f′(z) belongs: the chain rule needs the "
+         "derivative of the nonlinearity, not its value."),
+        ((back * _activation_derivative(adapter, h @ w_down.T)).T @ h, "You left out b_down: f′ is taken at "
+         "z = W_down h + b_down, bias included."),
+        (reference / tokens, "You averaged over the tokens; L sums over them, so the gradient is a sum (no division)."),
+    ]
+    if d == r:
+        mistakes += [
+            ((delta * slope).T @ h, "You left out W_upᵀ: δ lives at the adapter's output (width d); it reaches the "
+             "bottleneck only through the up-projection, i.e. through W_upᵀ."),
+            (((delta @ w_up.T) * slope).T @ h, "You used W_up where W_upᵀ belongs: going backwards through the "
+             "up-projection multiplies by its transpose."),
+            (reference.T, "Your ∂L/∂W_down is transposed: entry (i, j) belongs to bottleneck unit i and input "
+             "feature j, like W_down itself."),
+        ]
+    for value, message in mistakes:
+        if _close(grad_down, value):
+            return message
+    for t in range(tokens):
+        if _close(grad_down, ((back[t] * slope[t])[:, None] * h[t][None, :])):
+            return "You used a single token; L sums over all tokens, so ∂L/∂W_down sums their contributions."
+    return (
+        "Your ∂L/∂W_down does not match autograd (largest difference "
+        f"{(grad_down - reference).abs().max().item():.2g}). Follow δ backwards step by step: through the "
+        "up-projection, through f, then through the down-projection."
+    )
+
+
+def _diagnose_up_gradient(grad_up, adapter, h, delta, reference: torch.Tensor) -> str:
+    d, r = adapter.d_model, adapter.bottleneck
+    z = h @ adapter.down.weight.detach().T + adapter.down.bias.detach()
+    if isinstance(grad_up, torch.Tensor) and grad_up.shape == (r, d) and d != r and _close(grad_up.T, reference):
+        return f"Your ∂L/∂W_up has shape ({r}, {d}) but W_up has shape ({d}, {r}): it is transposed."
+    if not isinstance(grad_up, torch.Tensor) or grad_up.shape != (d, r):
+        shape = tuple(grad_up.shape) if isinstance(grad_up, torch.Tensor) else type(grad_up).__name__
+        return f"Your ∂L/∂W_up is {shape}; it must be a tensor shaped like W_up: ({d}, {r})."
+    mistakes = [
+        (delta.T @ z, "You left out the nonlinearity: the up-projection sees f(z), not z."),
+        (delta.T @ adapter.act(h @ adapter.down.weight.detach().T), "You left out b_down: the nonlinearity is "
+         "applied to W_down h + b_down, bias included."),
+        (reference / h.shape[0], "You averaged over the tokens; L sums over them, so the gradient is a sum (no division)."),
+        (delta.T @ _activation_derivative(adapter, z), "You used f′(z) where f(z) belongs: the up-projection "
+         "multiplies the value of f, so its weight's gradient sees that value."),
+    ]
+    if d == r:
+        mistakes.append((reference.T, "Your ∂L/∂W_up is transposed: entry (i, j) belongs to output feature i and "
+                         "bottleneck unit j, like W_up itself."))
+    for value, message in mistakes:
+        if _close(grad_up, value):
+            return message
+    return (
+        "Your ∂L/∂W_up does not match autograd (largest difference "
+        f"{(grad_up - reference).abs().max().item():.2g})."
+    )
+
+
+_GRADIENT_SHAPES = (
+    "Mind the shapes: h and delta are (tokens, d), the bottleneck is (tokens, r); δ reaches the bottleneck "
+    "through the up-projection."
+)
+
+
+def check_adapter_gradients(gradients_fn) -> None:
+    """Check ``gradients_fn(adapter, h, delta) -> (grad_down, grad_up)`` against autograd (lab 2).
+
+    General adapters: every weight and bias random (W_up ≠ 0), f = GELU, tanh, ReLU (away from its
+    kink) and SiLU, h and δ of shape (tokens, d), L = Σ_t ⟨Adapter(h_t), δ_t⟩.
+    """
+    name = _name(gradients_fn)
+    for seed, (d, r, tokens, activation) in enumerate(GRADIENT_CASES):
+        adapter, h, delta = _general_case(d, r, tokens, activation, seed)
+        reference_down, reference_up = _weight_gradients(adapter, h, delta)
+        grad_down, grad_up = _gradient_answer(name, gradients_fn, adapter, h, delta, hint=_GRADIENT_SHAPES)
+        where = f" (f = {activation}, d = {d}, r = {r}, {tokens} tokens)"
+        if not _close(grad_down, reference_down):
+            raise CheckFailed("∂L/∂W_down — " + _diagnose_down_gradient(grad_down, adapter, h, delta, reference_down) + where)
+        if not _close(grad_up, reference_up):
+            raise CheckFailed("∂L/∂W_up — " + _diagnose_up_gradient(grad_up, adapter, h, delta, reference_up) + where)
+    activations = ", ".join(case[3] for case in GRADIENT_CASES)
+    _passed(
+        f"Your gradients match autograd for random adapters (W_up ≠ 0) with f = {activations} "
+        f"(within {ATOL:g}, {len(GRADIENT_CASES)} cases)."
+    )
+
+
+def _zero_up_cases(n: int = 3):
+    """Zero-up adapters (with a non-zero b_down, so a forgotten bias shows) and random h, δ."""
+    generator = torch.Generator().manual_seed(0)
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        for d, r, tokens in [(16, 4, 5), (12, 3, 7), (20, 6, 1)][:n]:
+            adapter = BottleneckAdapter(d, r, "gelu", init="zero_up")
+            with torch.no_grad():
+                adapter.down.bias.normal_(0.0, 1.0, generator=generator)
+            yield adapter, torch.randn(tokens, d, generator=generator), torch.randn(tokens, d, generator=generator)
+
+
+def check_zero_up_gradients(gradients_fn) -> None:
+    """Check ``gradients_fn(adapter, h, delta) -> (grad_down, grad_up)`` on zero-up adapters (lab 2).
+
+    The step-zero special case: with W_up = 0, ∂L/∂W_down must be exactly 0 (every path from W_down
+    to the loss passes through W_up), while ∂L/∂W_up matches autograd.
+    """
+    name = _name(gradients_fn)
+    for adapter, h, delta in _zero_up_cases():
+        reference_down, reference_up = _weight_gradients(adapter, h, delta)
+        grad_down, grad_up = _gradient_answer(name, gradients_fn, adapter, h, delta)
+        shape = (adapter.bottleneck, adapter.d_model)
+        if not isinstance(grad_down, torch.Tensor) or grad_down.shape != shape:
+            got = tuple(grad_down.shape) if isinstance(grad_down, torch.Tensor) else type(grad_down).__name__
+            raise CheckFailed(f"Your ∂L/∂W_down is {got}; it must be a tensor shaped like W_down: {shape}.")
+        if torch.count_nonzero(grad_down) or torch.count_nonzero(reference_down):
+            raise CheckFailed(
+                "Your ∂L/∂W_down is not zero at W_up = 0. Every path from W_down to the loss goes through W_up, "
+                "so at step zero of a zero-up adapter it is exactly zero."
+            )
+        if not _close(grad_up, reference_up):
+            raise CheckFailed(_diagnose_up_gradient(grad_up, adapter, h, delta, reference_up))
+    _passed(
+        "At W_up = 0 your gradients match autograd: ∂L/∂W_down = 0 exactly and ∂L/∂W_up ≠ 0 "
+        f"(within {ATOL:g}) on 3 random zero-up adapters."
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Lab 3: folding a linear adapter into the dense layer before it
+# --------------------------------------------------------------------------------------------------
+
+
+_FOLD_ORDER = (
+    "The adapter acts after dense, so its matrix multiplies W from the left, and the folded weight is "
+    "(d_out × d_in) like W."
+)
+
+
+def _linear_case(d_in: int, d_out: int, bottleneck: int, seed: int):
+    """A dense layer d_in → d_out, a linear adapter of width d_out with random (non-zero) biases, and inputs;
+    drawn without touching the notebook's random state."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        dense = nn.Linear(d_in, d_out)
+        adapter = BottleneckAdapter(d_out, bottleneck, "identity", init="houlsby", init_scale=0.3)
+        with torch.no_grad():
+            adapter.down.bias.normal_(0.0, 1.0, generator=generator)
+            adapter.up.bias.normal_(0.0, 1.0, generator=generator)
+    return dense.eval(), adapter.eval(), torch.randn(5, d_in, generator=generator)
+
+
+def _fold_case(seed: int = 0):
+    return _linear_case(12, 16, 4, seed)
+
+
+def check_fold(fold_fn) -> None:
+    """Check ``fold_fn(dense, adapter) -> nn.Linear`` for a linear adapter that follows ``dense`` (lab 3).
+
+    The result must be one nn.Linear of dense's shape computing adapter(dense(x)), with dense left
+    unchanged: W' = (I + W_up W_down) W and b' = (I + W_up W_down) b + W_up b_down + b_up.
+    """
+    name = _name(fold_fn)
+    dense, adapter, x = _fold_case()
+    before = copy.deepcopy(dense.state_dict())
+    with torch.random.fork_rng():  # a new nn.Linear draws from the notebook's generator
+        folded = _call(f"{name}(dense, adapter)", fold_fn, dense, adapter, hint=_FOLD_ORDER)
+    if any(not torch.equal(before[k], v) for k, v in dense.state_dict().items()):
+        raise CheckFailed(
+            "Your fold changed the original dense layer in place. Build a new nn.Linear and leave dense as it "
+            "was, so that the two can be compared."
+        )
+    if not isinstance(folded, nn.Linear):
+        raise CheckFailed(
+            f"Your fold returns a {type(folded).__name__}; it must return one nn.Linear: that the folded model "
+            "has exactly the original architecture is the point."
+        )
+    if (folded.in_features, folded.out_features) != (dense.in_features, dense.out_features):
+        raise CheckFailed(
+            f"Your folded layer maps {folded.in_features} → {folded.out_features}; it must have dense's shape "
+            f"{dense.in_features} → {dense.out_features}."
+        )
+    with torch.no_grad():
+        reference = adapter(dense(x))
+        got = folded(x)
+        if _close(got, reference):
+            _passed(
+                f"Your fold is exact: one nn.Linear({dense.in_features} → {dense.out_features}) reproduces dense "
+                f"followed by the linear adapter (within {ATOL:g})."
+            )
+            return
+        w_up, w_down = adapter.up.weight.double(), adapter.down.weight.double()
+        matrix = torch.eye(adapter.d_model, dtype=torch.float64) + w_up @ w_down
+        weight = (matrix @ dense.weight.double()).float()
+        if _close(got, adapter.delta(dense(x))):
+            problem = (
+                "You dropped the identity, i.e. the adapter's residual: the folded weight is (I + W_up W_down)·W, "
+                "not W_up W_down·W."
+            )
+        elif _close(folded.weight, weight):
+            problem = (
+                "The weight is right but the bias is not: b' = (I + W_up W_down)·b + W_up·b_down + b_up "
+                "(the dense bias goes through the adapter too, and the adapter adds its own biases)."
+            )
+        else:
+            problem = (
+                "Your folded layer's output differs from dense followed by the adapter (largest difference "
+                f"{(got - reference).abs().max().item():.2g}). {_FOLD_ORDER}"
+            )
+    raise CheckFailed(problem)
+
+
+def _parallel_case(seed: int = 0):
+    """A d → d projection, a linear adapter beside it with random biases, a scale that is not 1, inputs."""
+    projection, adapter, inputs = _linear_case(12, 12, 3, seed)
+    return projection, adapter, 2.5, inputs
+
+
+def check_parallel_fold(fold_fn) -> None:
+    """Check ``fold_fn(projection, adapter, scale) -> nn.Linear`` for a linear adapter beside ``projection`` (lab 3).
+
+    The parallel adapter reads the projection's input x and adds scale · adapter.delta(x) to its output;
+    the answer must be one nn.Linear of the projection's shape that computes the sum, leaving the
+    projection unchanged. Compared with the unfolded pair on random inputs.
+    """
+    name = _name(fold_fn)
+    projection, adapter, scale, x = _parallel_case()
+    before = copy.deepcopy(projection.state_dict())
+    with torch.random.fork_rng():  # a new nn.Linear draws from the notebook's generator
+        folded = _call(f"{name}(projection, adapter, scale)", fold_fn, projection, adapter, scale)
+    if any(not torch.equal(before[k], v) for k, v in projection.state_dict().items()):
+        raise CheckFailed("Your fold changed the projection in place. Build a new nn.Linear and leave the projection as it was.")
+    if not isinstance(folded, nn.Linear) or (folded.in_features, folded.out_features) != (12, 12):
+        raise CheckFailed(
+            f"Your fold returns {folded!r}; it must return one nn.Linear with the projection's shape (12 → 12)."
+        )
+    with torch.no_grad():
+        reference = projection(x) + scale * adapter.delta(x)
+        got = folded(x)
+        if _close(got, reference):
+            _passed(
+                f"Your parallel fold is exact: one nn.Linear(12 → 12) reproduces the projection plus {scale:g} × the "
+                f"linear adapter beside it (within {ATOL:g})."
+            )
+            return
+        w, b = projection.weight, projection.bias
+        update, offset = adapter.up.weight @ adapter.down.weight, adapter.up.weight @ adapter.down.bias + adapter.up.bias
+        eye = torch.eye(12)
+        right_weight = w + scale * update
+        weight_mistakes = [
+            (w + update, "You forgot the scale s: the adapter's whole output is multiplied by s, matrix and bias alike."),
+            (w + eye + scale * update, "You added an identity: a parallel adapter has no residual of its own (the "
+             "residual around the sublayer is outside this fold), so nothing but the projection carries x through."),
+            (w + scale * update.T, "Your low-rank product is transposed: x goes through W_down first, then W_up."),
+            ((eye + scale * update) @ w, "You folded it as a serial adapter after the projection; a parallel adapter "
+             "reads the projection's input x, not its output."),
+        ]
+        for weight, message in weight_mistakes:
+            if _close(folded.weight, weight):
+                raise CheckFailed(message)
+        if _close(folded.weight, right_weight):
+            bias_mistakes = [
+                (b, "The weight is right but you forgot the adapter's bias terms: its biases add a constant to every output."),
+                (b + scale * adapter.up.bias, "The weight is right but the bias misses W_up·b_down: b_down passes "
+                 "through the up-projection before it reaches the output."),
+                (b + offset, "The weight is right but the bias term is not scaled: s multiplies all of the adapter's output."),
+            ]
+            for bias, message in bias_mistakes:
+                if _close(folded.bias, bias):
+                    raise CheckFailed(message)
+            raise CheckFailed("The weight is right but the bias is not: collect every constant the adapter adds.")
+        raise CheckFailed(
+            "Your folded layer's output differs from the projection plus the scaled adapter (largest difference "
+            f"{(got - reference).abs().max().item():.2g})."
+        )
+
+
+# --------------------------------------------------------------------------------------------------
+# Lab 4: counting what a task trains
+# --------------------------------------------------------------------------------------------------
+
+#: (d, n_layers, r, placement, train_layernorm, num_labels): BERT-large Pfeiffer (the paper's model, another
+#: placement), BERT-base Houlsby, BERT-base parallel with frozen LayerNorms, and a tiny model.
+TRAINED_COUNT_CASES = [
+    (1024, 24, 64, "pfeiffer", True, 3),
+    (768, 12, 64, "houlsby", True, 2),
+    (768, 12, 48, "parallel", False, 2),
+    (32, 3, 4, "houlsby", False, 5),
+]
+
+
+def _counted_model(d: int, n_layers: int, r: int, placement: str, train_layernorm: bool, num_labels: int) -> int:
+    """The reference: parameters with requires_grad in a real BertForSequenceClassification (meta device)."""
+    from transformers import BertConfig  # imported here: the other checks do without it
+
+    config = BertConfig(
+        hidden_size=d, num_hidden_layers=n_layers, num_attention_heads=d // 64 if d % 64 == 0 else 1,
+        intermediate_size=4 * d,
+    )
+    model = meta_model(config, placement, r, train_layernorm=train_layernorm, num_labels=num_labels)
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+#: Why the pooler is not counted; the same words in the lab 4 and lab 5 checks.
+POOLER_STAYS_FROZEN = ("the pooler stays frozen: adapter-bert trains adapters, LayerNorms and the classifier only "
+                       "(the pooler is part of the pretrained backbone)")
+
+
+def _count_mistakes(d, n_layers, r, placement, train_layernorm, num_labels) -> list[tuple[int, str]]:
+    """Plausible wrong counts, each with what went wrong."""
+    k = AdapterConfig.preset(placement).adapters_per_layer
+    per_adapter = 2 * r * d + r + d
+    adapters = n_layers * k * per_adapter
+    norms = (2 * n_layers + 1) * 2 * d if train_layernorm else 0
+    pooler, classifier = d * d + d, d * num_labels + num_labels
+    rest = norms + classifier
+    mistakes = [
+        (n_layers * (3 - k) * per_adapter + rest, f"{placement} puts {k} adapter{'s' if k == 2 else ''} in every "
+         "layer; you counted the other number."),
+        (n_layers * k * 2 * r * d + rest, "You left out the adapters' biases: each adapter has r + d of them."),
+        (adapters + rest + pooler, f"You counted the pooler, but {POOLER_STAYS_FROZEN}."),
+        (adapters + rest + d * d, f"You counted the pooler's weight, but {POOLER_STAYS_FROZEN}."),
+        (adapters + norms + pooler, f"You counted the pooler instead of the classifier: {POOLER_STAYS_FROZEN}, "
+         "and the classifier is new, so every task trains it."),
+        (adapters + norms, "You left out the classifier, the layer that maps to the labels: it is new, so every "
+         "task trains it."),
+        (adapters + norms + d * num_labels, "You forgot the classifier's bias (one per label)."),
+    ]
+    if train_layernorm:
+        mistakes += [
+            (adapters + classifier, "You left out the LayerNorms: with train_layernorm=True they are trained too."),
+            (adapters + norms - 2 * d + classifier, "You missed one LayerNorm: BERT has one after the "
+             "embeddings as well as two in every layer."),
+            (adapters + norms // 2 + classifier, "A LayerNorm has a gain and a bias: 2d parameters, not d."),
+        ]
+    else:
+        mistakes.append((adapters + (2 * n_layers + 1) * 2 * d + classifier,
+                         "You counted the LayerNorms, but with train_layernorm=False they stay frozen."))
+    return mistakes
+
+
+def check_trained_count(count_fn) -> None:
+    """Check ``count_fn(d, n_layers, r, placement, train_layernorm, num_labels) -> int`` (lab 4).
+
+    The answer is everything a task trains in a BERT classifier with adapters, as adapterlab.placement
+    sets it up by default: the adapters, the LayerNorms when train_layernorm, and the classifier; the
+    pretrained pooler stays frozen, as in the original adapter-bert code. The reference counts
+    requires_grad parameters of a real model built on the meta device.
+    """
+    name = _name(count_fn)
+    for d, n_layers, r, placement, train_layernorm, num_labels in TRAINED_COUNT_CASES:
+        call = f"{name}(d={d}, n_layers={n_layers}, r={r}, placement={placement!r}, train_layernorm={train_layernorm}, num_labels={num_labels})"
+        got = _call(call, count_fn, d, n_layers, r, placement, train_layernorm, num_labels)
+        expected = _counted_model(d, n_layers, r, placement, train_layernorm, num_labels)
+        if isinstance(got, bool) or not isinstance(got, numbers.Number):
+            raise CheckFailed(f"{call} returned {got!r}; it must return a number of parameters (an int).")
+        if got == expected and not isinstance(got, numbers.Integral):
+            raise CheckFailed(f"{call} returned {got!r}, a float; a count is a whole number: use integer arithmetic.")
+        if got == expected:
+            continue
+        for value, message in _count_mistakes(d, n_layers, r, placement, train_layernorm, num_labels):
+            if got == value:
+                raise CheckFailed(f"{call} returned {got:,}; the model trains {expected:,}. {message}")
+        raise CheckFailed(
+            f"{call} returned {got!r}; the model trains {expected:,}. Count each trained part on its own "
+            "(adapters, LayerNorms if trained, classifier) and compare with print(model)."
+        )
+    _passed(
+        f"Your count matches a real model on all {len(TRAINED_COUNT_CASES)} cases, e.g. BERT-large, Pfeiffer, r = 64, "
+        f"LayerNorms and classifier: {_counted_model(*TRAINED_COUNT_CASES[0]):,} trained per task."
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Lab 5: which parameters a placement trains
+# --------------------------------------------------------------------------------------------------
+
+PLACEMENT_CASES = [
+    (placement, train_layernorm) for placement in ("houlsby", "pfeiffer", "parallel") for train_layernorm in (True, False)
+]
+
+
+def _tiny_bert():
+    """A 2-layer random BertForSequenceClassification on the meta device: real names, no memory."""
+    from transformers import BertConfig, BertForSequenceClassification  # imported here: the other checks do without it
+
+    config = BertConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, vocab_size=100,
+        max_position_embeddings=16,
+    )
+    with torch.device("meta"):
+        return BertForSequenceClassification(config)
+
+
+#: An adapter at either sublayer output of an encoder layer: the names some placement gives it.
+_ADAPTER_NAME = re.compile(r"bert\.encoder\.layer\.\d+\.(attention\.output|output)\.adapter\.(down|up)\.(weight|bias)")
+
+
+def _name_kind(name: str) -> str:
+    """What a parameter name belongs to, in words a student recognises."""
+    if ".adapter." in name:
+        return "attention adapter" if ".attention.output.adapter." in name else "FFN adapter"
+    if "LayerNorm" in name:
+        if name.startswith("bert.embeddings."):
+            return "embeddings LayerNorm"
+        return "attention LayerNorm" if ".attention.output.LayerNorm" in name else "FFN LayerNorm"
+    if ".pooler." in name:
+        return "pooler"
+    if name.startswith("classifier."):
+        return "classifier"
+    return "backbone weight"
+
+
+def _diagnose_names(missing: set, extra: set, existing: set, placement: str) -> str:
+    unknown = sorted(name for name in extra if name not in existing and not _ADAPTER_NAME.fullmatch(name))
+    if unknown:
+        return (
+            f"These names are not parameters of the model: {', '.join(unknown[:2])}"
+            f"{' …' if len(unknown) > 2 else ''}. An adapter added at a sublayer's output module P has the "
+            "parameters P.adapter.down.weight, P.adapter.down.bias, P.adapter.up.weight and P.adapter.up.bias."
+        )
+    kinds_missing = {_name_kind(name) for name in missing}
+    kinds_extra = {_name_kind(name) for name in extra}
+    positions = "after the attention output and after the FFN output" if placement == "houlsby" else (
+        "at the FFN's output module only" if placement == "pfeiffer" else "beside the FFN, added in at its output module")
+    if "attention adapter" in kinds_extra or "FFN adapter" in kinds_missing or "attention adapter" in kinds_missing:
+        return f"Your adapters are in the wrong position: {placement} puts its adapters {positions}."
+    if kinds_extra == {"embeddings LayerNorm"}:
+        return "You included the embeddings LayerNorm: with train_layernorm=False it stays frozen like every other one."
+    if kinds_extra & {"embeddings LayerNorm", "attention LayerNorm", "FFN LayerNorm"}:
+        return "With train_layernorm=False every LayerNorm stays frozen (as in AdapterHub); leave them out."
+    if "embeddings LayerNorm" in kinds_missing and len(kinds_missing) == 1:
+        return "You forgot the embeddings LayerNorm: BERT has one after the embeddings as well as two in every layer."
+    if "attention LayerNorm" in kinds_missing and "FFN LayerNorm" not in kinds_missing:
+        return "You forgot the attention LayerNorms: every layer has one after attention as well as one after the FFN."
+    if kinds_missing & {"attention LayerNorm", "FFN LayerNorm", "embeddings LayerNorm"}:
+        return "You left out LayerNorms: with train_layernorm=True the paper's recipe trains every one of them."
+    if "pooler" in kinds_extra and "classifier" in kinds_missing:
+        return (f"You included the pooler instead of the classifier: {POOLER_STAYS_FROZEN}, and the classifier "
+                "is new, so every task trains it.")
+    if "pooler" in kinds_extra:
+        return f"You included the pooler, but {POOLER_STAYS_FROZEN}."
+    if "classifier" in kinds_missing:
+        return "You left out the classifier: the task's own layer is always trained."
+    if "backbone weight" in kinds_extra:
+        example = sorted(name for name in extra if _name_kind(name) == "backbone weight")[0]
+        return (f"You included frozen backbone weights such as {example}: only adapters, LayerNorms and the "
+                "classifier train.")
+    listed = sorted(missing)[:2] + sorted(extra)[:2]
+    return f"Your set differs from the model's: for example {', '.join(listed)}."
+
+
+def check_trained_names(names_fn) -> None:
+    """Check ``names_fn(names, placement, train_layernorm) -> set`` against a real model (lab 5).
+
+    ``names`` are the parameter names of a BERT classifier before adapters are added; the answer is the
+    set of names that train after ``add_adapters(model, placement, train_layernorm=...)``. The reference
+    is ``requires_grad`` of a tiny random BERT with adapters really added, for every placement and both
+    LayerNorm choices.
+    """
+    name = _name(names_fn)
+    names = [n for n, _ in _tiny_bert().named_parameters()]
+    for placement, train_layernorm in PLACEMENT_CASES:
+        with torch.random.fork_rng():  # drawing the adapters must not shift the notebook's generator
+            model = add_adapters(_tiny_bert(), placement, 4, train_layernorm=train_layernorm)
+        expected = {n for n, p in model.named_parameters() if p.requires_grad}
+        existing = {n for n, _ in model.named_parameters()}
+        call = f"{name}(names, {placement!r}, train_layernorm={train_layernorm})"
+        got = _call(call, names_fn, list(names), placement, train_layernorm)
+        if isinstance(got, str) or not isinstance(got, (set, frozenset, list, tuple)):
+            raise CheckFailed(f"{call} returned a {type(got).__name__}; return a set of parameter names.")
+        got = set(got)
+        if got != expected:
+            problem = _diagnose_names(expected - got, got - expected, existing, placement)
+            raise CheckFailed(f"{call}: {problem}")
+    _passed(
+        "Your sets match requires_grad of a real BERT with adapters for all three placements, LayerNorms trained "
+        "and frozen."
+    )

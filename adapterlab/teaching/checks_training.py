@@ -1,0 +1,654 @@
+"""Self-checks for the exercises of the training labs (6–10): one training step, the Matthews
+correlation, the span-ablation loop, answering mixed requests with adapter sets and the Pareto front
+of accuracy against trained parameters.
+
+Like :mod:`adapterlab.checks`, each check runs the student's code on random cases, compares it with an
+independent reference, prints one line starting with ✔, raises :class:`CheckFailed` naming the mistake
+on a wrong answer, and says "The answer is missing" while the exercise still raises NotImplementedError.
+The models are tiny random BERT classifiers built inside the check (3–4 layers, d = 32, no dropout),
+so every check runs in about a second and needs neither a backbone download nor data.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import numbers
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..runs.ablation import span_ablation
+from ..model.checkpoints import load_adapter_set, save_adapter_set, saved_parameters
+from .checks import POOLER_STAYS_FROZEN, CheckFailed, _call, _close, _passed
+from ..model.placement import add_adapters, enabled_layers, parameter_group, set_adapters_enabled, set_trainable
+
+__all__ = ["CheckFailed", "check_training_step", "check_matthews", "check_span_ablation", "check_serving",
+           "check_pareto_front"]
+
+
+def _tiny_classifier(seed: int, layers: int = 3, init_scale: float = 1e-2):
+    """A tiny random BertForSequenceClassification with Houlsby adapters (r = 4), dropout off."""
+    from transformers import BertConfig, BertForSequenceClassification  # only the checks that need it pay for it
+
+    config = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=layers, num_attention_heads=4,
+                        intermediate_size=64, max_position_embeddings=32, hidden_dropout_prob=0.0,
+                        attention_probs_dropout_prob=0.0, num_labels=2)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = BertForSequenceClassification(config)
+        add_adapters(model, "houlsby", bottleneck=4, init_scale=init_scale)
+    return model.eval()
+
+
+def _token_batch(seed: int, rows: int, length: int = 8) -> torch.Tensor:
+    return torch.randint(1, 100, (rows, length), generator=torch.Generator().manual_seed(seed))
+
+
+def _as_float(value) -> float | None:
+    """A number (int, float, NumPy or 0-d tensor) as a float; None for anything else."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return float(value.detach())
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+# --------------------------------------------------------------------------------------------------
+# Lab 6: freezing, the optimizer and one training step
+# --------------------------------------------------------------------------------------------------
+
+TRAINING_STEPS = 4
+TRAINING_LR = 1e-2
+
+_GROUP_ADVICE = {
+    "adapters": "the adapters are what this method trains: keep them trainable",
+    "layernorm": "the LayerNorms train too, as in the paper (2d parameters each)",
+    "classifier": "the classifier is new, made for the task, so it must train",
+}
+
+
+def _check_frozen(model, expected: set[str]) -> None:
+    """The requires_grad flags must follow the package's freeze policy (adapters, LayerNorms, classifier;
+    the pretrained pooler stays frozen, as in adapter-bert)."""
+    trainable = {name for name, p in model.named_parameters() if p.requires_grad}
+    if trainable == expected:
+        return
+    total = sum(1 for _ in model.parameters())
+    if len(trainable) == total:
+        raise CheckFailed(
+            f"All {total} tensors still require grad: the backbone is not frozen, so full fine-tuning is what "
+            f"your step would do. Only the {len(expected)} tensors of the adapters, LayerNorms and classifier "
+            "train; set requires_grad to False on every other one."
+        )
+    extra = sorted(trainable - expected)
+    if extra and {parameter_group(model, name) for name in extra} == {"pooler"}:
+        raise CheckFailed(f"The pooler still requires grad ({', '.join(extra)}), but {POOLER_STAYS_FROZEN}.")
+    if extra:
+        raise CheckFailed(
+            f"{len(extra)} backbone tensors still require grad, e.g. {extra[0]}: freeze everything but the "
+            "adapters, the LayerNorms and the classifier (the pretrained pooler stays frozen too)."
+        )
+    missing = sorted(expected - trainable)
+    group = parameter_group(model, missing[0])
+    raise CheckFailed(
+        f"{len(missing)} tensors that should train are frozen, e.g. {missing[0]} ({group}): "
+        f"{_GROUP_ADVICE.get(group, 'keep it trainable')}."
+    )
+
+
+def _check_optimizer_holds(model, optimizer) -> None:
+    """The optimizer must hold exactly the trainable tensors (nanoGPT's configure_optimizers habit)."""
+    held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    frozen = [name for name, p in model.named_parameters() if not p.requires_grad and id(p) in held]
+    if frozen:
+        raise CheckFailed(
+            f"Your optimizer holds {len(frozen)} frozen tensors, e.g. {frozen[0]}: it was built over every "
+            "parameter (before freezing?). PyTorch's AdamW skips a tensor whose .grad is None, weight decay "
+            "included, so they would not move here; but the optimizer then hides what trains and updates any "
+            "frozen tensor a gradient ever reaches. Build it over the parameters that require grad."
+        )
+    left_out = [name for name, p in model.named_parameters() if p.requires_grad and id(p) not in held]
+    if left_out:
+        raise CheckFailed(
+            f"Your optimizer leaves out {len(left_out)} trainable tensors, e.g. {left_out[0]}: they get "
+            "gradients but never move. Give it every parameter that requires grad."
+        )
+
+
+def _fresh_gradients(model, batch, names: list[str]) -> tuple[float, list[torch.Tensor]]:
+    """The loss on the batch and its gradients for the named tensors, computed on a copy by autograd."""
+    twin = copy.deepcopy(model)
+    parameters = dict(twin.named_parameters())
+    loss = twin(**batch).loss
+    return loss.item(), list(torch.autograd.grad(loss, [parameters[n] for n in names]))
+
+
+def check_training_step(prepare_fn, step_fn) -> None:
+    """Check lab 6's exercise on a tiny random BERT classifier with Houlsby adapters.
+
+    ``prepare_fn(model, learning_rate) -> optimizer`` gets a model whose every tensor requires grad; it
+    must freeze all but what the package's freeze policy trains (adapters, LayerNorms, classifier; the
+    pretrained pooler stays frozen, as in adapter-bert) and return an optimizer over exactly the
+    trainable tensors. ``step_fn(model, optimizer, batch) -> loss`` makes one training step. Checked
+    over a few steps on one batch: each step sees the fresh gradient of its own loss (no accumulation),
+    calls ``optimizer.step()`` once, leaves every frozen tensor bit-identical, and the loss falls.
+    """
+    prepare_name, step_name = getattr(prepare_fn, "__name__", "prepare"), getattr(step_fn, "__name__", "step")
+    model = _tiny_classifier(seed=6)
+    for parameter in model.parameters():
+        parameter.requires_grad_(True)  # as a freshly built model: nothing frozen yet
+    policy = set_trainable(copy.deepcopy(model), "adapters")
+    expected = {name for name, p in policy.named_parameters() if p.requires_grad}
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+
+    optimizer = _call(f"{prepare_name}(model, learning_rate={TRAINING_LR})", prepare_fn, model, TRAINING_LR)
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise CheckFailed(
+            f"{prepare_name} returned {type(optimizer).__name__}; it must return the optimizer it built "
+            "(e.g. a torch.optim.AdamW)."
+        )
+    _check_frozen(model, expected)
+    _check_optimizer_holds(model, optimizer)
+
+    names = sorted(expected)
+    parameters = dict(model.named_parameters())
+    labels = torch.tensor([0, 1, 1, 0, 1, 0])
+    batch = {"input_ids": _token_batch(60, len(labels)), "attention_mask": torch.ones(len(labels), 8, dtype=torch.long),
+             "labels": labels}
+    seen: dict = {}
+
+    def inspect_gradients(optimizer, args, kwargs):
+        """Runs inside optimizer.step(): are the gradients there, and are they this step's own?"""
+        seen["steps"] += 1
+        grads = [parameters[n].grad for n in names]
+        if all(g is None for g in grads):
+            seen.setdefault("problem", (
+                f"{step_name} calls optimizer.step() while no tensor has a gradient: the loss was never "
+                "backpropagated. Call loss.backward() before optimizer.step()."))
+            return
+        grads = [torch.zeros_like(parameters[n]) if g is None else g for n, g in zip(names, grads)]
+        if all(_close(g, f) for g, f in zip(grads, seen["fresh"])):
+            return
+        previous = seen.get("previous")
+        if previous is not None and all(_close(g, f + p) for g, f, p in zip(grads, seen["fresh"], previous)):
+            seen.setdefault("problem", (
+                f"At step {seen['call']} the gradients are the sum of this step's and the previous step's: "
+                "gradients accumulate because they are never reset. Call optimizer.zero_grad() after "
+                "optimizer.step() (or before loss.backward())."))
+        else:
+            seen.setdefault("problem", (
+                f"At step {seen['call']} the gradients optimizer.step() sees are not those of this batch's loss "
+                "(autograd on a copy of the model disagrees): compute loss = model(**batch).loss on the batch "
+                "you are given, then call loss.backward() once."))
+
+    hook = optimizer.register_step_pre_hook(inspect_gradients)
+    try:
+        first_loss = None
+        for call in range(1, TRAINING_STEPS + 1):
+            loss_now, fresh = _fresh_gradients(model, batch, names)
+            first_loss = loss_now if first_loss is None else first_loss
+            seen.update(call=call, steps=0, fresh=fresh)
+            returned = _call(f"{step_name}(model, optimizer, batch)", step_fn, model, optimizer, batch)
+            if "problem" in seen:
+                raise CheckFailed(seen["problem"])
+            if seen["steps"] == 0:
+                raise CheckFailed(
+                    f"{step_name} never calls optimizer.step(): the gradients are computed but no parameter "
+                    "moves. Call optimizer.step() after loss.backward()."
+                )
+            if seen["steps"] > 1:
+                raise CheckFailed(f"{step_name} calls optimizer.step() {seen['steps']} times; one step means one update.")
+            value = _as_float(returned)
+            if value is None or not math.isclose(value, loss_now, rel_tol=1e-4, abs_tol=1e-6):
+                raise CheckFailed(
+                    f"{step_name} returned {returned!r}; return the loss of the batch it trained on "
+                    f"(here {loss_now:.4f}), e.g. loss.item()."
+                )
+            seen["previous"] = [parameters[n].grad.detach().clone() if parameters[n].grad is not None
+                                else torch.zeros_like(parameters[n]) for n in names]
+    finally:
+        hook.remove()
+    moved = [name for name in before if name not in expected and not torch.equal(before[name], parameters[name])]
+    if moved:
+        raise CheckFailed(f"{len(moved)} frozen tensors changed during training, e.g. {moved[0]}; frozen means untouched.")
+    with torch.no_grad():
+        last_loss = model(**batch).loss.item()
+    if not last_loss < first_loss:
+        raise CheckFailed(
+            f"After {TRAINING_STEPS} steps the loss on the same batch went from {first_loss:.4f} to {last_loss:.4f}; "
+            "it should fall. Check the optimizer's learning rate (use the one you are given)."
+        )
+    _passed(
+        f"Your training step is right: only the {len(expected)} adapter, LayerNorm and classifier tensors train, the "
+        f"optimizer holds exactly those, each step uses its own fresh gradients, frozen tensors stay bit-identical, "
+        f"and the loss on one batch falls over {TRAINING_STEPS} steps."
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Lab 7: the Matthews correlation
+# --------------------------------------------------------------------------------------------------
+
+
+def _correlation(labels: np.ndarray, predictions: np.ndarray) -> float:
+    """The reference: Pearson's correlation of the two 0/1 vectors (it equals the MCC), 0 when one is constant."""
+    x, y = labels - labels.mean(), predictions - predictions.mean()
+    scale = math.sqrt(float(x @ x) * float(y @ y))
+    return float(x @ y) / scale if scale > 0 else 0.0
+
+
+def _matthews_cases():
+    """(what, labels, predictions): random label sets of several sizes and balances, then the corner cases."""
+    generator = np.random.default_rng(7)
+    cases = []
+    for size, positive, agreement in [(40, 0.5, 0.8), (97, 0.7, 0.65), (250, 0.3, 0.55), (13, 0.6, 0.3)]:
+        labels = (generator.random(size) < positive).astype(np.int64)
+        predictions = np.where(generator.random(size) < agreement, labels, 1 - labels)
+        cases.append((f"{size} random labels", labels, predictions))
+    labels = (generator.random(30) < 0.7).astype(np.int64)
+    labels[:2] = [0, 1]
+    cases += [
+        ("a constant predictor (always 1)", labels, np.ones_like(labels)),
+        ("a perfect predictor", labels, labels.copy()),
+        ("an inverted predictor", labels, 1 - labels),
+        ("labels of one class only (no 0 at all)", np.ones(12, dtype=np.int64),
+         (generator.random(12) < 0.5).astype(np.int64)),
+    ]
+    return cases
+
+
+def _counts(labels, predictions) -> tuple[int, int, int, int]:
+    """TP, TN, FP, FN of 0/1 labels and predictions."""
+    tp = int(np.sum((labels == 1) & (predictions == 1)))
+    tn = int(np.sum((labels == 0) & (predictions == 0)))
+    fp = int(np.sum((labels == 0) & (predictions == 1)))
+    fn = int(np.sum((labels == 1) & (predictions == 0)))
+    return tp, tn, fp, fn
+
+
+def _mcc(tp: int, tn: int, fp: int, fn: int, root: bool = True, sign: int = -1) -> float | None:
+    product = (tp + fp) * (tp + fn) * (tn + fp) * (tn + fn)
+    if product == 0:
+        return None
+    return (tp * tn + sign * fp * fn) / (math.sqrt(product) if root else product)
+
+
+def _matthews_mistake(got: float, labels, predictions) -> str | None:
+    """Which known mistake gives ``got`` on this case, in words; None if none does."""
+    tp, tn, fp, fn = _counts(labels, predictions)
+    candidates = [
+        ((tp + tn) / len(labels), "You computed the accuracy, (TP + TN) / n. The Matthews correlation compares "
+         "TP·TN with FP·FN and normalises by the four row and column totals."),
+        (_mcc(tp, tn, fp, fn, root=False), "The denominator is missing its square root: divide by "
+         "√((TP+FP)(TP+FN)(TN+FP)(TN+FN))."),
+        (_mcc(tp, tn, fp, fn, sign=+1), "The numerator has the wrong sign: it is TP·TN − FP·FN (agreements "
+         "minus disagreements)."),
+        (_mcc(tp, fn, fp, tn), "You swapped TN and FN: a true negative is a 0 label predicted 0, a false negative "
+         "a 1 label predicted 0 (true/false says whether the prediction is right)."),
+    ]
+    for value, message in candidates:
+        if value is not None and math.isclose(got, value, rel_tol=1e-6, abs_tol=1e-9):
+            return message
+    return None
+
+
+def check_matthews(matthews_fn) -> None:
+    """Check ``matthews_fn(labels, predictions) -> float`` for 0/1 NumPy arrays (lab 7).
+
+    The reference is Pearson's correlation of the label and prediction vectors (equal to the MCC for
+    two classes, computed without the confusion counts), taken as 0 when either vector is constant,
+    as scikit-learn's ``matthews_corrcoef`` does.
+    """
+    name = getattr(matthews_fn, "__name__", "matthews")
+    zero = ("When a class is missing (a constant predictor, or labels of one class) the denominator is 0; the "
+            "Matthews correlation is then defined as 0: return 0.0 instead of dividing.")
+    for what, labels, predictions in _matthews_cases():
+        expected = _correlation(labels.astype(np.float64), predictions.astype(np.float64))
+        degenerate = len(set(labels.tolist())) < 2 or len(set(predictions.tolist())) < 2
+        call = f"{name}(labels, predictions) for {what}"
+        with np.errstate(all="ignore"):
+            got = _call(call, matthews_fn, labels.copy(), predictions.copy(), hint=zero if degenerate else "")
+        value = _as_float(got)
+        if value is None:
+            raise CheckFailed(f"{call} returned {got!r}; return the score as one number (a float).")
+        if math.isnan(value) or math.isinf(value):
+            raise CheckFailed(f"{call} returned {value}. {zero if degenerate else 'Return a finite number.'}")
+        if math.isclose(value, expected, rel_tol=1e-6, abs_tol=1e-9):
+            continue
+        problem = _matthews_mistake(value, labels, predictions)
+        raise CheckFailed(f"{call} returned {value:.4f}; the Matthews correlation is {expected:.4f}. "
+                          + (problem or "Count TP, TN, FP and FN from the two arrays, then apply the formula."))
+    _passed("Your Matthews correlation matches the correlation of labels and predictions on 4 random label sets, "
+            "and gives 0 for a constant predictor and one-class labels, 1 when perfect, −1 when inverted.")
+
+
+# --------------------------------------------------------------------------------------------------
+# Lab 8: the span-ablation loop
+# --------------------------------------------------------------------------------------------------
+
+ABLATION_LAYERS = 4
+
+
+class _EvaluationFailed(RuntimeError):
+    """Raised by the check's score function on purpose, to see whether the loop restores the model."""
+
+
+def _score_fn(batch: torch.Tensor, fail_at: int | None = None):
+    """A stand-in for an evaluation: a number that depends on which adapters are on (the logits' mean)."""
+    calls = {"n": 0}
+
+    def score(model) -> float:
+        calls["n"] += 1
+        if fail_at is not None and calls["n"] == fail_at:
+            raise _EvaluationFailed("the evaluation failed halfway through the loop (raised by the check on purpose)")
+        with torch.no_grad():
+            return float(model(input_ids=batch).logits.mean(dim=0) @ torch.tensor([1.0, -0.5]))
+
+    return score
+
+
+def _variant_scores(model, score, spans_off, restore: bool) -> dict:
+    """Scores of a (possibly wrong) loop on a copy of ``model``: ``spans_off(i, j)`` layers are switched off
+    for span (i, j), and switched back on after each evaluation only when ``restore``."""
+    twin = copy.deepcopy(model)
+    out = {}
+    for i in range(ABLATION_LAYERS):
+        for j in range(i, ABLATION_LAYERS):
+            if spans_off(i, j):
+                set_adapters_enabled(twin, False, layers=spans_off(i, j))
+            out[i, j] = score(twin)
+            if restore:
+                set_adapters_enabled(twin, True)
+    return out
+
+
+def _ablation_mistake(model, score, values: dict, expected: dict, left_off: list[int]) -> str:
+    """What a loop whose scores are ``values`` did wrong, in words (``model`` is as it came in)."""
+    def same(scores: dict) -> bool:
+        return all(math.isclose(values[s], scores[s], rel_tol=1e-5, abs_tol=1e-6) for s in expected)
+
+    every_layer = list(range(ABLATION_LAYERS))
+    if same(_variant_scores(model, score, lambda i, j: every_layer, restore=True)):
+        return "Every span scored like the model with all adapters off: switch off only the layers i..j of the span."
+    if any(same(_variant_scores(model, score, lambda i, j: list(range(i, j)), restore)) for restore in (True, False)):
+        return ("Your spans stop one layer short: the span (i, j) includes layer j, so switch off range(i, j + 1); "
+                "the span (i, i) switches off layer i.")
+    if left_off or same(_variant_scores(model, score, lambda i, j: list(range(i, j + 1)), restore=False)):
+        return ("The adapters switched off for one span stay off while the next span is evaluated: switch every "
+                "adapter back on right after each evaluation, not only at the end.")
+    worst = max(expected, key=lambda s: abs(values[s] - expected[s]))
+    return (f"Your score for span {worst} is {values[worst]:.5f}; with the adapters of layers {worst[0]}..{worst[1]} "
+            f"off (and all others on) the model scores {expected[worst]:.5f}.")
+
+
+def check_span_ablation(ablate_fn) -> None:
+    """Check ``ablate_fn(model, score) -> {(i, j): score}`` (lab 8) against :func:`adapterlab.ablation.span_ablation`.
+
+    For every span 0 ≤ i ≤ j < L the adapters of layers i..j (inclusive) are switched off, ``score(model)``
+    is taken, and they are switched back on; afterwards the model must be exactly as it came in (every
+    adapter on, every tensor and output bit-identical), even when ``score`` raises halfway.
+    """
+    name = getattr(ablate_fn, "__name__", "ablate")
+    model = _tiny_classifier(seed=8, layers=ABLATION_LAYERS, init_scale=0.3)  # big adapters, so each span shows
+    pristine = copy.deepcopy(model)
+    batch = _token_batch(80, 5)
+    score = _score_fn(batch)
+    with torch.no_grad():
+        outputs = model(input_ids=batch).logits
+    reference = span_ablation(copy.deepcopy(model), None, metric="score", progress=False,
+                              evaluate=lambda m, data, batch_size, device: {"score": score(m)})
+    expected = {(i, j): float(reference.scores[i, j]) for i in range(ABLATION_LAYERS)
+                for j in range(i, ABLATION_LAYERS)}
+
+    got = _call(f"{name}(model, score)", ablate_fn, model, score)
+    if not isinstance(got, dict) or set(got) != set(expected):
+        shown = sorted(got)[:4] if isinstance(got, dict) else type(got).__name__
+        raise CheckFailed(
+            f"{name} must return a dict with one score per span, keyed (i, j) for 0 ≤ i ≤ j < {ABLATION_LAYERS} "
+            f"({len(expected)} spans); it returned {shown}{' ...' if isinstance(got, dict) and len(got) > 4 else ''}."
+        )
+    values = {span: _as_float(value) for span, value in got.items()}
+    if any(value is None for value in values.values()):
+        raise CheckFailed(f"{name} must store what score(model) returned for each span (a number).")
+    left_off = sorted(set(range(ABLATION_LAYERS)) - set(enabled_layers(model)))
+    if any(not math.isclose(values[s], expected[s], rel_tol=1e-5, abs_tol=1e-6) for s in expected):
+        raise CheckFailed(_ablation_mistake(pristine, score, values, expected, left_off))
+    if left_off:
+        raise CheckFailed(f"After your loop the adapters of layers {left_off} are still off: switch them back on.")
+    with torch.no_grad():
+        unchanged = torch.equal(model(input_ids=batch).logits, outputs)
+    state = pristine.state_dict()
+    if not unchanged or any(not torch.equal(v, state[k]) for k, v in model.state_dict().items()):
+        raise CheckFailed("After your loop the model's weights or outputs differ from before: switch adapters off "
+                          "and on with set_adapters_enabled; do not change or remove any tensor.")
+
+    failing = copy.deepcopy(pristine)
+    try:
+        _call(f"{name}(model, score)", ablate_fn, failing, _score_fn(batch, fail_at=3))
+    except CheckFailed as error:
+        if not isinstance(error.__cause__, _EvaluationFailed):
+            raise
+    else:
+        raise CheckFailed(f"When score(model) raised an error, {name} carried on as if nothing had happened; let "
+                          "the error reach the caller (try/finally, without except).")
+    still_off = sorted(set(range(ABLATION_LAYERS)) - set(enabled_layers(failing)))
+    if still_off:
+        raise CheckFailed(
+            f"When score(model) raised an error halfway, your loop left the adapters of layers {still_off} "
+            "switched off. Switch them back on in a `finally:` block, which runs whatever happens."
+        )
+    _passed(
+        f"Your span ablation matches adapterlab.ablation on all {len(expected)} spans of a "
+        f"{ABLATION_LAYERS}-layer model, and leaves the model bit-identical, even when the evaluation fails."
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Lab 9: one backbone, many tasks
+# --------------------------------------------------------------------------------------------------
+
+SERVING_TASKS = ("sentiment", "grammar", "topic")
+#: The task of each request, in arrival order: mixed, with the groups interleaved.
+SERVING_ORDER = ("grammar", "sentiment", "grammar", "topic", "sentiment", "sentiment", "topic", "grammar")
+
+
+def _serving_case(directory: Path):
+    """A tiny model, three saved adapter sets (random, so that each task answers differently) and requests."""
+    base = _tiny_classifier(seed=9, layers=3)
+    sets = {}
+    with torch.random.fork_rng():
+        torch.manual_seed(90)
+        for task in SERVING_TASKS:
+            model = copy.deepcopy(base)
+            with torch.no_grad():
+                for tensor in saved_parameters(model).values():
+                    tensor.add_(torch.randn_like(tensor), alpha=0.2)
+            sets[task] = save_adapter_set(model, directory / task)
+    requests = [(task, row) for task, row in zip(SERVING_ORDER, _token_batch(91, len(SERVING_ORDER), length=6))]
+    server = copy.deepcopy(base)
+    load_adapter_set(server, sets["topic"])  # the set a previous request left loaded
+    return base, sets, requests, server
+
+
+def check_serving(serve_fn) -> None:
+    """Check ``serve_fn(model, adapter_sets, requests) -> outputs`` (lab 9).
+
+    ``requests`` is a list of (task, input_ids) with input_ids of equal length; ``adapter_sets`` maps each
+    task to its saved adapter set. The answer must hold one row of logits per request, in request order,
+    each equal to what a separate model with that task's set loaded answers, with one forward pass per task.
+    """
+    name = getattr(serve_fn, "__name__", "serve")
+    with tempfile.TemporaryDirectory(prefix="adapterlab-check-") as folder:
+        base, sets, requests, server = _serving_case(Path(folder))
+        reference = {}
+        for task in SERVING_TASKS:
+            model = copy.deepcopy(base)
+            load_adapter_set(model, sets[task])
+            with torch.no_grad():
+                reference[task] = [model(input_ids=ids[None]).logits[0] for _, ids in requests]
+        passes = {"n": 0}
+        counter = server.register_forward_pre_hook(lambda module, args: passes.__setitem__("n", passes["n"] + 1))
+        try:
+            got = _call(f"{name}(model, adapter_sets, requests)", serve_fn, server, dict(sets), list(requests))
+        finally:
+            counter.remove()
+    rows = _rows(got, len(requests))
+    if rows is None:
+        raise CheckFailed(f"{name} must return one row of logits per request ({len(requests)} rows of 2 numbers), "
+                          f"as a list of tensors or one tensor; it returned {type(got).__name__}.")
+    truth = [reference[task][k] for k, (task, _) in enumerate(requests)]
+    if all(_close(row, want) for row, want in zip(rows, truth)):
+        tasks_used = len(set(SERVING_ORDER))
+        if passes["n"] > tasks_used:
+            raise CheckFailed(
+                f"The answers are right, but you ran {passes['n']} forward passes for {tasks_used} tasks: batch each "
+                "task's requests together, so that each adapter set is loaded and run once."
+            )
+        _passed(
+            f"Your server answers {len(requests)} mixed requests for {tasks_used} tasks exactly as one model per "
+            f"task would, in request order, with one adapter-set swap and one forward pass per task."
+        )
+        return
+    raise CheckFailed(_serving_mistake(rows, requests, reference))
+
+
+def _rows(got, count: int):
+    if isinstance(got, torch.Tensor) and got.ndim == 2 and len(got) == count:
+        return [row.detach().float() for row in got]
+    if isinstance(got, (list, tuple)) and len(got) == count and all(
+            isinstance(row, torch.Tensor) and row.shape == (2,) for row in got):
+        return [row.detach().float() for row in got]
+    return None
+
+
+def _serving_mistake(rows, requests, reference) -> str:
+    """What a wrong list of answers did instead, in words."""
+    for task in SERVING_TASKS:
+        if all(_close(row, reference[task][k]) for k, row in enumerate(rows)):
+            return (f"Every request was answered with the {task!r} adapter set: load each task's own set before "
+                    "running its requests.")
+    origin = []  # for each row: (request index, task) of the reference it equals, if any
+    for row in rows:
+        origin.append(next(((k, task) for task in SERVING_TASKS for k in range(len(requests))
+                            if _close(row, reference[task][k])), None))
+    if all(o is not None and requests[o[0]][0] == o[1] for o in origin) and any(
+            o[0] != k for k, o in enumerate(origin)):
+        return ("Each answer is right for some request, but they come back in grouped order: put each group's "
+                "outputs back at the positions its requests had in the list.")
+    for k, o in enumerate(origin):
+        if o is not None and o[0] == k and o[1] != requests[k][0]:
+            return (f"Request {k} ({requests[k][0]!r}) was answered with the {o[1]!r} adapter set, still loaded from "
+                    "before: load a group's adapter set before running that group.")
+    return ("Your outputs differ from what one model per task answers; for each task load its adapter set "
+            "(load_adapter_set), run its requests, and store each output at its request's position.")
+
+
+# --------------------------------------------------------------------------------------------------
+# Lab 10: the Pareto front of accuracy against trained parameters
+# --------------------------------------------------------------------------------------------------
+
+
+def _dominated(label, points: dict) -> bool:
+    """The reference, pairwise: another point has at most as many parameters and at least the score, and is
+    strictly better in one of the two."""
+    count, score = points[label]
+    return any(c <= count and s >= score and (c < count or s > score)
+               for other, (c, s) in points.items() if other != label)
+
+
+def _reference_front(points: dict) -> list:
+    return sorted((label for label in points if not _dominated(label, points)),
+                  key=lambda label: (points[label][0], -points[label][1]))
+
+
+def _running_front(points: dict, keep, order=None) -> list:
+    """A front made by walking the points from cheapest to dearest and keeping those ``keep(score, best)``
+    accepts: the shape of the mistakes below."""
+    order = order or sorted(points, key=lambda label: (points[label][0], -points[label][1]))
+    best, front = None, []
+    for label in order:
+        if best is None or keep(points[label][1], best):
+            front.append(label)
+            best = points[label][1]
+    return front
+
+
+def _front_mistakes(points: dict) -> list[tuple[list, str]]:
+    """What the mistakes students make would return for these points, and the message that names each."""
+    by_count = sorted(points, key=lambda label: points[label][0])  # ties left in the order given
+    ascending = sorted(points, key=lambda label: (points[label][0], -points[label][1]))
+    neighbours = [label for k, label in enumerate(ascending)
+                  if k == 0 or points[label][1] > points[ascending[k - 1]][1]]
+    reverse = {label: (-count, score) for label, (count, score) in points.items()}
+    return [
+        (sorted(_reference_front(reverse), key=lambda label: points[label][0]),
+         "You kept the methods that no method with MORE parameters beats. The front asks the opposite question: "
+         "does anything with as few or fewer trained parameters score at least as well?"),
+        (neighbours, "You compared each method only with the next cheaper one. A method is dominated by ANY cheaper "
+                     "method that scores at least as well, not just by its neighbour: compare with the best score "
+                     "seen so far."),
+        (_running_front(points, lambda score, best: score > best, order=by_count),
+         "Two methods here train the same number of parameters, and you kept the weaker of the two. With equal "
+         "counts the higher score dominates: break ties in the parameter count by score."),
+        (_running_front(points, lambda score, best: score >= best),
+         "You kept a method that scores exactly what a cheaper method scores. It buys nothing for its extra "
+         "parameters, so it is dominated: a method must beat every cheaper one to be on the front."),
+        ([max(points, key=lambda label: points[label][1])],
+         "You returned only the best-scoring method. The front holds every method that nothing cheaper (or as "
+         "cheap) beats: the cheapest method is on it too."),
+    ]
+
+
+def _front_cases():
+    """(what, points): random methods on a log-spaced parameter axis with scores that mostly rise with it (the
+    largest just below the best), a case with two methods of equal parameter count, and one with an equal
+    score at a larger count."""
+    generator = np.random.default_rng(10)
+    cases = []
+    for size in (7, 10, 14):
+        counts = sorted({int(c) for c in np.exp(generator.uniform(np.log(500), np.log(2e7), size))})
+        scores = [round(0.6 + 0.3 * math.log(c / 500) / math.log(4e4) + generator.normal(0, 0.04), 4) for c in counts]
+        scores[-1] = round(max(scores[:-1]) - 0.01, 4)  # the largest method is not the best one
+        labels = [f"method {chr(65 + k)}" for k in range(len(counts))]
+        order = generator.permutation(len(counts))
+        cases.append((f"{len(counts)} random methods", {labels[k]: (counts[k], scores[k]) for k in order}))
+    cases.append(("two methods with the same parameter count", {
+        "head only": (770, 0.80), "LoRA r=2": (19_202, 0.845), "BitFit": (19_202, 0.861),
+        "Houlsby r=8": (89_186, 0.872), "top-1 layer": (1_775_234, 0.866), "full": (22_713_986, 0.901)}))
+    cases.append(("a larger method with exactly the same score", {
+        "LayerNorm only": (10_754, 0.83), "Houlsby r=2": (26_306, 0.86), "Houlsby r=32": (309_122, 0.88),
+        "Houlsby r=256": (2_375_426, 0.88), "full": (22_713_986, 0.89)}))
+    return cases
+
+
+def check_pareto_front(front_fn) -> None:
+    """Check ``front_fn(points) -> list of labels`` (lab 10): ``points`` maps a method's label to
+    (trained parameters, dev score); the answer lists the methods no other method dominates, from the fewest
+    trained parameters to the most. The reference compares every pair of methods."""
+    name = getattr(front_fn, "__name__", "pareto_front")
+    for what, points in _front_cases():
+        expected = _reference_front(points)
+        given = dict(points)
+        got = _call(f"{name}(points) for {what}", front_fn, given)
+        if given != points:
+            raise CheckFailed(f"{name}(points) changed the dict it was given; build a new list and leave points as it is.")
+        if isinstance(got, (str, bytes)) or not hasattr(got, "__iter__"):
+            raise CheckFailed(f"{name}(points) returned {got!r}; return a list of the labels on the front.")
+        got = list(got)
+        if got == expected:
+            continue
+        if sorted(map(str, got)) == sorted(map(str, expected)):
+            raise CheckFailed(f"For {what} you found the right methods, in the wrong order: list the front from the "
+                              f"fewest trained parameters to the most ({expected}).")
+        message = next((text for wrong, text in _front_mistakes(points) if got == wrong and wrong != expected), None)
+        missing = [label for label in expected if label not in got]
+        extra = [label for label in got if label not in expected]
+        raise CheckFailed(f"For {what} your front is {got}; it is {expected}"
+                          + (f" (missing {missing})" if missing else "") + (f" (not on it: {extra})" if extra else "")
+                          + ". " + (message or "A method is on the front when no other method has at most as many "
+                                               "trained parameters and at least its score (and is better in one)."))
+    _passed(f"Your front matches a pairwise comparison of every method on {len(_front_cases())} sets of methods, "
+            "equal parameter counts and equal scores included.")

@@ -1,0 +1,470 @@
+"""Plotly figures for the labs. Presentation only: every number comes from the caller.
+
+Each function takes the columns another module computed and returns a ``go.Figure`` with a title,
+axis titles and units. :func:`setup_notebook` makes a notebook store each figure as plotly's JSON
+output only (no copy of plotly.js per cell), which keeps committed notebooks small; a slide deck
+embeds plotly.js once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import plotly.graph_objects as go
+import plotly.io as pio
+import torch
+
+from ..model.adapter import ORIGINAL_CODE_INIT_SCALE, PAPER_INIT_SCALE, make_activation
+
+TEMPLATE = "plotly_white"
+COLORS = {"frozen": "#d9d9d9", "adapter": "#f28e2b", "layernorm": "#a0c4e8", "head": "#59a14f", "io": "#ffffff"}
+LINE_COLORS = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#b07aa1"]
+
+
+def setup_notebook() -> None:
+    """Store figures as plotly JSON (``application/vnd.plotly.v1+json``) with a clean template."""
+    pio.renderers.default = "plotly_mimetype"
+    pio.templates.default = TEMPLATE
+
+
+def display_data(fig: go.Figure) -> dict:
+    """The figure as a Jupyter display_data output (plotly JSON + a text line), for an ipywidgets.Output."""
+    spec = json.loads(fig.to_json())
+    return {
+        "output_type": "display_data",
+        "data": {
+            "application/vnd.plotly.v1+json": {"data": spec["data"], "layout": spec["layout"], "config": {}},
+            "text/plain": f"<Figure: {fig.layout.title.text}>",
+        },
+        "metadata": {},
+    }
+
+
+def _layout(fig: go.Figure, title: str, x: str, y: str, log_x: bool = False, log_y: bool = False) -> go.Figure:
+    fig.update_layout(
+        title=title, template=TEMPLATE, height=420, margin=dict(l=70, r=30, t=70, b=60),
+        legend=dict(bgcolor="rgba(255,255,255,0.7)"), font=dict(size=14),
+    )
+    fig.update_xaxes(title=x)
+    fig.update_yaxes(title=y)
+    if log_x:
+        fig.update_xaxes(type="log", exponentformat="power")
+    if log_y:
+        fig.update_yaxes(type="log", exponentformat="power")
+    return fig
+
+
+def activations_figure(names=("gelu", "relu", "identity"), lo: float = -3.0, hi: float = 3.0) -> go.Figure:
+    """The nonlinearities an adapter may use, on [lo, hi]."""
+    x = torch.linspace(lo, hi, 121)
+    fig = go.Figure()
+    for name, color in zip(names, LINE_COLORS):
+        with torch.no_grad():
+            fig.add_scatter(x=x.tolist(), y=make_activation(name)(x).tolist(), mode="lines", name=name, line_color=color)
+    return _layout(fig, "The nonlinearity f acts on each of the r numbers separately", "input z", "f(z)")
+
+
+def _add_baseline_and_marks(fig: go.Figure, baseline, setting: str) -> None:
+    """The dotted baseline (label, value) when given, and on an init-scale axis the σ values the paper and the
+    original code use: what every sweep figure draws behind its runs."""
+    if baseline is not None:
+        fig.add_hline(y=baseline[1], line_dash="dot", line_color="gray", annotation_text=baseline[0],
+                      annotation_position="bottom right")
+    if setting == "init_scale":
+        _mark_init_scales(fig)
+
+
+def _mark_init_scales(fig: go.Figure) -> None:
+    """Dashed lines at the original code's and the paper's init scales, for a figure whose x axis is log σ.
+
+    On a log axis an annotation's x is log10 of the value while a shape's x is the value itself, so the
+    labels are placed by hand (``add_vline``'s own annotation would land at x = 0.01 decades).
+    """
+    for value, text, dash in ((ORIGINAL_CODE_INIT_SCALE, "1e-3: original code", "dot"),
+                              (PAPER_INIT_SCALE, "1e-2: paper", "dash")):
+        fig.add_vline(x=value, line_dash=dash, line_color="gray")
+        fig.add_annotation(x=math.log10(value), y=1, yref="paper", text=text, showarrow=False,
+                           xanchor="right" if dash == "dot" else "left", yanchor="bottom")
+
+
+def model_deviation_figure(sweep: dict, backbone: str) -> go.Figure:
+    """A whole model's last-hidden-state deviation and max |Δlogit| against the adapters' init scale."""
+    fig = go.Figure()
+    fig.add_scatter(x=sweep["init_scale"], y=sweep["hidden_deviation"], mode="lines+markers",
+                    name="‖ΔH‖ / ‖H‖, last hidden state", line_color=LINE_COLORS[0])
+    fig.add_scatter(x=sweep["init_scale"], y=sweep["max_logit_change"], mode="lines+markers",
+                    name="max |Δlogit|", line_color=LINE_COLORS[3])
+    _mark_init_scales(fig)
+    return _layout(fig, f"How far adapters move {backbone} at step zero", "init scale σ (log)",
+                   "change (relative, or logit units; log)", log_x=True, log_y=True)
+
+
+def init_scale_figure(sweep: dict, current: dict | None = None) -> go.Figure:
+    """One adapter: deviation (measured and small-σ theory) and step-zero gradient norms against σ."""
+    fig = go.Figure()
+    series = [
+        ("deviation", "‖A(h) − h‖ / ‖h‖ (measured)", "solid", 3),
+        ("predicted", "σ² theory: ½·v·σ²·√(rd)", "dash", 2),
+        ("grad_up", "‖∂L/∂W_up‖", "solid", 5),
+        ("grad_down", "‖∂L/∂W_down‖", "dot", 2),
+    ]
+    for (key, name, dash, width), color in zip(series, LINE_COLORS):
+        fig.add_scatter(x=sweep["init_scale"], y=sweep[key], mode="lines", name=name,
+                        line=dict(color=color, dash=dash, width=width))
+    if current is not None:
+        keys = ["deviation", "grad_up", "grad_down"]
+        fig.add_scatter(x=[current["init_scale"]] * 3, y=[current[k] for k in keys], mode="markers",
+                        marker=dict(size=12, color="black", symbol="circle-open", line_width=2),
+                        name=f"σ = {current['init_scale']:.1e}")
+    _mark_init_scales(fig)
+    return _layout(fig, "One adapter at step zero: deviation grows like σ², gradients like σ",
+                   "init scale σ (log)", "value (dimensionless; log)", log_x=True, log_y=True)
+
+
+def singular_values_figure(values: dict, bottleneck: int) -> go.Figure:
+    """Singular values (log) of one or more matrices, e.g. W_up W_down for a linear adapter."""
+    fig = go.Figure()
+    for (name, s), color in zip(values.items(), LINE_COLORS):
+        s = [max(float(v), 1e-30) for v in s]
+        fig.add_scatter(x=list(range(1, len(s) + 1)), y=s, mode="markers", name=name, marker_color=color)
+    fig.add_vline(x=bottleneck + 0.5, line_dash="dash", line_color="gray", annotation_text=f"r = {bottleneck}")
+    return _layout(fig, "Singular values: a rank-r update has only r that are not zero", "index (largest first)",
+                   "singular value (log)", log_y=True)
+
+
+def linear_fit_figure(sweep: dict) -> go.Figure:
+    """Relative residual of the best affine fit of an adapter's correction, per activation, against σ."""
+    fig = go.Figure()
+    for (name, residuals), color in zip(sweep["residual"].items(), LINE_COLORS):
+        fig.add_scatter(x=sweep["init_scale"], y=[max(r, 1e-17) for r in residuals], mode="lines+markers",
+                        name=name, line_color=color)
+    return _layout(fig, "What the best linear map misses of an adapter's correction",
+                   "weight scale σ (log)", "relative residual ‖fit − Δ‖ / ‖Δ‖ (log)", log_x=True, log_y=True)
+
+
+def latency_figure(seconds: dict, title: str) -> go.Figure:
+    """A bar per variant: median milliseconds per forward pass."""
+    names = list(seconds)
+    fig = go.Figure(go.Bar(x=names, y=[1e3 * seconds[n] for n in names], marker_color=LINE_COLORS[: len(names)],
+                           text=[f"{1e3 * seconds[n]:.1f} ms" for n in names], textposition="outside"))
+    return _layout(fig, title, "model", "median time per forward pass (ms)")
+
+
+def counts_figure(curves: dict, current: tuple[str, int, int] | None = None, backbone: str = "") -> go.Figure:
+    """Trainable parameters against the bottleneck r, one line per placement.
+
+    ``curves`` maps a placement to {"bottleneck": [...], "trainable": [...]}; ``current`` is
+    (placement, r, trainable) to mark.
+    """
+    fig = go.Figure()
+    for (name, curve), color in zip(curves.items(), LINE_COLORS):
+        fig.add_scatter(x=curve["bottleneck"], y=[t / 1e6 for t in curve["trainable"]], mode="lines+markers",
+                        name=name, line_color=color)
+    if current is not None:
+        placement, r, trainable = current
+        fig.add_scatter(x=[r], y=[trainable / 1e6], mode="markers", name=f"{placement}, r = {r}",
+                        marker=dict(size=14, color="black", symbol="circle-open", line_width=2))
+    return _layout(fig, f"Trainable parameters per task{', ' + backbone if backbone else ''}",
+                   "bottleneck r (log)", "trainable parameters incl. the head (millions; log)", log_x=True, log_y=True)
+
+
+def trainable_bars_figure(rows: dict, title: str) -> go.Figure:
+    """Stacked bars: for each variant (key), trainable parameters per group (adapters, LayerNorms, classifier and trained pooler)."""
+    fig = go.Figure()
+    groups = (("adapters", "adapters", COLORS["adapter"]), ("layernorm", "LayerNorms", COLORS["layernorm"]),
+              ("head", "classifier (+ pooler if trained)", COLORS["head"]))
+    for group, name, color in groups:
+        fig.add_bar(x=list(rows), y=[rows[v][group] for v in rows], name=name, marker_color=color)
+    fig.update_layout(barmode="stack")
+    return _layout(fig, title, "placement", "trainable parameters")
+
+
+# --------------------------------------------------------------------------------------------------
+# A BERT layer, drawn
+# --------------------------------------------------------------------------------------------------
+
+#: (label, kind) from bottom to top: one BERT layer; "A1"/"A2" mark where a serial adapter may go.
+_LAYER = [
+    ("hidden states in", "io"),
+    ("multi-head attention", "frozen"),
+    ("dense (attention output)", "frozen"),
+    ("A1", "slot"),
+    ("add & LayerNorm", "layernorm"),
+    ("FFN in: d → 4d, GELU", "frozen"),
+    ("FFN out: 4d → d", "frozen"),
+    ("A2", "slot"),
+    ("add & LayerNorm", "layernorm"),
+    ("hidden states out", "io"),
+]
+_SLOTS = {"houlsby": {"A1", "A2"}, "pfeiffer": {"A2"}, "parallel": set()}
+_BOX_W, _BOX_H = 2.0, 0.6
+
+
+def _box(fig, x, y, label, color, width=_BOX_W, dash=None):
+    fig.add_shape(type="rect", x0=x - width / 2, x1=x + width / 2, y0=y - _BOX_H / 2, y1=y + _BOX_H / 2,
+                  fillcolor=color, line=dict(color="#555", dash=dash), layer="below")
+    fig.add_annotation(x=x, y=y, text=label, showarrow=False, font=dict(size=12))
+
+
+def _arrow(fig, x0, y0, x1, y1, color="#555"):
+    fig.add_annotation(x=x1, y=y1, ax=x0, ay=y0, xref="x", yref="y", axref="x", ayref="y", text="",
+                       showarrow=True, arrowhead=2, arrowwidth=1.4, arrowcolor=color)
+
+
+def _residual(fig, x, y_from, y_to):
+    """The skip connection: from a sublayer's input, round the left, into its add & LayerNorm."""
+    left = x - _BOX_W / 2 - 0.35
+    fig.add_shape(type="path", path=f"M {x - _BOX_W / 2},{y_from} L {left},{y_from} L {left},{y_to}",
+                  line=dict(color="#999", dash="dot"))
+    _arrow(fig, left, y_to, x - _BOX_W / 2, y_to, color="#999")
+
+
+def placement_diagram(train_layernorm: bool = True) -> go.Figure:
+    """Houlsby, Pfeiffer and parallel adapters inside one BERT layer, side by side.
+
+    Orange: adapters (trained); blue: LayerNorms (trained when train_layernorm, else grey); grey:
+    frozen pretrained weights; dotted: residual connections. Drawn bottom to top like the paper.
+    """
+    fig = go.Figure()
+    ln_color = COLORS["layernorm"] if train_layernorm else COLORS["frozen"]
+    ys = {i: float(i) for i in range(len(_LAYER))}
+    for column, placement in enumerate(("houlsby", "pfeiffer", "parallel")):
+        x = 4.4 * column
+        previous = None
+        for i, (label, kind) in enumerate(_LAYER):
+            if kind == "slot" and label not in _SLOTS[placement]:
+                continue
+            if kind == "slot":
+                _box(fig, x, ys[i], "adapter (bottleneck r)", COLORS["adapter"])
+            else:
+                color = ln_color if kind == "layernorm" else COLORS[kind]
+                _box(fig, x, ys[i], label, color, dash="dot" if kind == "io" else None)
+            if previous is not None:
+                _arrow(fig, x, ys[previous] + _BOX_H / 2, x, ys[i] - _BOX_H / 2)
+            previous = i
+        _residual(fig, x, ys[0], ys[4])
+        _residual(fig, x, ys[4], ys[8])
+        if placement == "parallel":
+            y_mid = (ys[5] + ys[6]) / 2
+            side = x + _BOX_W / 2 + 0.9
+            _box(fig, side, y_mid, "adapter × s", COLORS["adapter"], width=1.4)
+            _arrow(fig, x + 0.5, ys[4] + _BOX_H / 2, side, y_mid - _BOX_H / 2)
+            _arrow(fig, side, y_mid + _BOX_H / 2, x + 0.5, ys[8] - _BOX_H / 2)
+        fig.add_annotation(x=x, y=len(_LAYER) - 0.3, text=f"<b>{placement}</b>", showarrow=False, font=dict(size=16))
+    legend = (("adapter (trained)", COLORS["adapter"]),
+              (f"LayerNorm ({'trained' if train_layernorm else 'frozen'})", ln_color), ("frozen", COLORS["frozen"]))
+    for name, color in legend:
+        fig.add_scatter(x=[None], y=[None], mode="markers", name=name, marker=dict(size=14, symbol="square", color=color))
+    fig.update_xaxes(visible=False, range=[-1.7, 11.8])
+    fig.update_yaxes(visible=False, range=[-0.6, len(_LAYER)])
+    fig.update_layout(
+        title="Where the adapters go in one BERT layer (dotted: residual connections)", template=TEMPLATE, height=640,
+        margin=dict(l=10, r=10, t=60, b=10), font=dict(size=13), legend=dict(orientation="h", y=-0.02),
+    )
+    return fig
+
+
+# --------------------------------------------------------------------------------------------------
+# Training, sweeps, ablation and serving (labs 6–9)
+# --------------------------------------------------------------------------------------------------
+
+#: How each metric reads on an axis (fractions, as adapterlab.data.compute_metrics returns them).
+METRIC_AXES = {
+    "accuracy": "dev accuracy (fraction correct)",
+    "matthews": "dev Matthews correlation (−1 … 1)",
+    "f1": "dev F1 (0 … 1)",
+}
+
+
+def training_figure(history) -> go.Figure:
+    """Training loss (every step) and eval loss against the step, and the main metric against the step
+    (lab 6's live plot and the training panel of labs 6 and 7). ``history`` is a
+    :class:`adapterlab.training.History`."""
+    from plotly.subplots import make_subplots
+
+    figure = make_subplots(rows=1, cols=2, subplot_titles=("Loss", f"{history.metric} on the eval set"))
+    figure.add_scatter(x=history.steps, y=history.loss, mode="lines", name="training loss (per step)",
+                       line=dict(width=1), row=1, col=1)
+    eval_steps = [e["step"] for e in history.evals]
+    figure.add_scatter(x=eval_steps, y=[e["loss"] for e in history.evals], mode="lines+markers",
+                       name="eval loss", row=1, col=1)
+    figure.add_scatter(x=eval_steps, y=[e.get(history.metric) for e in history.evals], mode="lines+markers",
+                       name=f"eval {history.metric}", row=1, col=2)
+    for col in (1, 2):
+        figure.update_xaxes(title_text="step (optimizer updates)", row=1, col=col)
+    figure.update_yaxes(title_text="cross-entropy loss (nats per example)", row=1, col=1)
+    figure.update_yaxes(title_text=METRIC_AXES.get(history.metric, history.metric), row=1, col=2)
+    # A horizontal legend's default place is on top of the x-axis titles: put it below them.
+    figure.update_layout(title_text=history.title or "Training", height=420, margin=dict(b=110),
+                         legend=dict(orientation="h", yanchor="top", y=-0.3, x=0))
+    return figure
+
+
+def live_history():
+    """A ``callback`` for :func:`adapterlab.training.run_experiment` that draws the training curves in
+    the cell's output and redraws them at every evaluation (the cell keeps the final figure)."""
+    from IPython.display import display
+
+    handle = None
+
+    def callback(history) -> None:
+        nonlocal handle
+        # The raw bundle, not the figure: a plotly figure displays itself and would ignore display_id.
+        bundle = display_data(training_figure(history))["data"]
+        if handle is None:
+            handle = display(bundle, raw=True, display_id=True)
+        else:
+            handle.update(bundle, raw=True)
+
+    return callback
+
+
+def padding_figure(waste: dict, batch_size: int) -> go.Figure:
+    """Padding per real token for each way of cutting batches (``waste`` maps a name to padded/real)."""
+    names = list(waste)
+    fig = go.Figure(go.Bar(x=names, y=[100 * waste[n] for n in names], marker_color=LINE_COLORS[: len(names)],
+                           text=[f"{100 * waste[n]:.0f} %" for n in names], textposition="outside"))
+    return _layout(fig, f"Padding in batches of {batch_size}: wasted compute per real token",
+                   "how batches are cut", "padded tokens per real token (%)")
+
+
+def methods_figure(rows: list[dict], metric: str) -> go.Figure:
+    """The dev metric against trained parameters (log), one point per method (paper Fig. 1 in small).
+
+    Each row holds ``method``, ``trained`` and ``value`` (the metric)."""
+    fig = go.Figure()
+    for row, color in zip(rows, LINE_COLORS):
+        fig.add_scatter(x=[row["trained"]], y=[row["value"]], mode="markers+text", name=row["method"],
+                        text=[row["method"]], textposition="top center", marker=dict(size=14, color=color))
+    return _layout(fig, "What each method trains, and what it reaches", "trained parameters (log)",
+                   METRIC_AXES.get(metric, metric), log_x=True)
+
+
+def sweep_figure(rows: list[dict], control: str, title: str, baseline: tuple[str, float] | None = None) -> go.Figure:
+    """The dev metric against one setting of the training panel (rows of ``TrainingPanel.runs``).
+
+    ``control`` is the setting swept: "placement" gives bars, a numeric one a line (log axis for
+    bottleneck, init_scale and learning_rate; the paper's and the original code's init scales marked).
+    Diverged runs are left out of the line and named in the title. ``baseline`` = (label, value)
+    draws a horizontal reference line, e.g. the majority class.
+    """
+    done = [row for row in rows if row["value"] is not None]
+    metric = done[0]["metric"] if done else "accuracy"
+    failed = [row for row in rows if row["value"] is None]
+    if failed:
+        title += f" ({len(failed)} diverged: {', '.join(str(row[control]) for row in failed)})"
+    fig = go.Figure()
+    if control == "placement":
+        fig.add_bar(x=[row["placement"] for row in done], y=[row["value"] for row in done],
+                    marker_color=LINE_COLORS[0], text=[f"{row['trained']:,} trained" for row in done],
+                    textposition="outside", name=metric)
+    else:
+        fig.add_scatter(x=[row[control] for row in done], y=[row["value"] for row in done], mode="lines+markers",
+                        name=metric, line_color=LINE_COLORS[0], marker_size=10,
+                        customdata=[[row["trained"]] for row in done],
+                        hovertemplate="%{x}: %{y:.3f}<br>%{customdata[0]:,} trained parameters<extra></extra>")
+    _add_baseline_and_marks(fig, baseline, control)
+    labels = {"placement": "placement", "bottleneck": "bottleneck r (log)", "init_scale": "init scale σ (log)",
+              "learning_rate": "peak learning rate (log)", "steps": "training steps"}
+    log_x = control in ("bottleneck", "init_scale", "learning_rate")
+    fig = _layout(fig, title, labels[control], METRIC_AXES.get(metric, metric), log_x=log_x)
+    if control == "bottleneck":
+        fig.update_xaxes(type="log", tickvals=[row["bottleneck"] for row in done], exponentformat="none")
+    return fig
+
+
+_SETTING_AXES = {"placement": "placement", "bottleneck": "bottleneck r (log)", "init_scale": "init scale σ (log)",
+                 "learning_rate": "peak learning rate (log)", "steps": "training steps", "method": "method"}
+
+
+def _numeric(values) -> bool:
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+
+
+def spans_decades(values) -> bool:
+    """Whether numbers are best read on a log axis: all positive and spanning a decade or more."""
+    values = list(values)
+    return len(values) > 1 and _numeric(values) and min(values) > 0 and max(values) / min(values) >= 10
+
+
+def seeds_figure(series, setting: str, title: str, baseline: tuple[str, float] | None = None,
+                 paper=None) -> go.Figure:
+    """Mean ± sample std over the seeds per setting value, each seed a faint point (labs 6 and 7).
+
+    ``series`` is a list of :class:`adapterlab.experiments.SeedRow` or a dict name → such a list (say,
+    the pooler frozen and trained), drawn on one axis. Numeric values spanning a decade or more get a
+    log axis (for the init scale, the paper's and the original code's σ are marked); other labels are
+    categories. A value with no stored run is left out and named in the title. ``baseline`` = (label, value)
+    draws a horizontal line (the majority class); ``paper`` (an :class:`adapterlab.experiments.PaperValue`)
+    puts what the paper reports above the plot.
+    """
+    series = series if isinstance(series, dict) else {"mean ± std over seeds": series}
+    everything = [row for rows in series.values() for row in rows]
+    metric = next((row.metric for row in everything if row.metric), "accuracy")
+    log_x = spans_decades([row.label for row in everything])
+    line = _numeric([row.label for row in everything])
+    empty = list(dict.fromkeys(f"{row.label:g}" if line else str(row.label) for row in everything if row.n == 0))
+    if empty:
+        title += f" (no stored run yet: {', '.join(empty)})"
+    fig = go.Figure()
+    for (name, rows), color in zip(series.items(), LINE_COLORS):
+        shown = [row for row in rows if row.n > 0]
+        fig.add_scatter(
+            x=[row.label for row in shown], y=[row.mean for row in shown], name=name, line_color=color,
+            mode="lines+markers" if line else "markers", marker_size=10,
+            error_y=dict(type="data", array=[0.0 if row.n < 2 else row.std for row in shown], visible=True),
+            customdata=[[row.n, len(row.seeds) + len(row.missing), row.diverged] for row in shown],
+            hovertemplate="%{x}: mean %{y:.3f}<br>%{customdata[0]} of %{customdata[1]} seeds with a metric, "
+                          "%{customdata[2]} diverged<extra></extra>")
+        fig.add_scatter(x=[row.label for row in shown for _ in row.values], y=[v for row in shown for v in row.values],
+                        mode="markers", marker=dict(size=7, color=color, opacity=0.35), name=f"{name}: each seed",
+                        hovertemplate="%{x}: %{y:.3f} (one seed)<extra></extra>")
+    _add_baseline_and_marks(fig, baseline, setting)
+    if paper is not None:
+        fig.add_annotation(x=0, xref="paper", y=1.09, yref="paper", yanchor="bottom", xanchor="left", showarrow=False,
+                           text=f"{paper.source}: {paper.value}", font=dict(size=12, color="gray"))
+    axis = _SETTING_AXES.get(setting, setting).removesuffix(" (log)") + (" (log)" if log_x else "")
+    fig = _layout(fig, title, axis, METRIC_AXES.get(metric, metric), log_x=log_x)
+    if log_x and setting != "init_scale":
+        fig.update_xaxes(tickvals=sorted({row.label for row in everything}), exponentformat="none")
+    fig.update_layout(margin=dict(t=100))
+    return fig
+
+
+def span_ablation_figure(ablation, majority: float | None = None, backbone: str = "") -> go.Figure:
+    """Heatmap of the metric with the adapters of layers first..last switched off (paper Fig. 6 left).
+
+    ``ablation`` is an :class:`adapterlab.ablation.SpanAblation`; ``majority`` the majority-class
+    score, named in the title beside the full model's and the all-removed one.
+    """
+    n = ablation.num_layers
+    z = [[None if v != v else float(v) for v in row] for row in ablation.scores]  # NaN → empty cell
+    fig = go.Figure(go.Heatmap(
+        z=z, x=list(range(n)), y=list(range(n)), colorscale="Viridis", texttemplate="%{z:.2f}",
+        colorbar=dict(title=ablation.metric), hovertemplate="layers %{y}–%{x} off: %{z:.3f}<extra></extra>",
+    ))
+    parts = [f"all on {ablation.full:.3f}", f"all off {ablation.all_removed:.3f}"]
+    if majority is not None:
+        parts.append(f"majority class {majority:.3f}")
+    title = f"Adapters switched off in layers first…last{', ' + backbone if backbone else ''}<br><sup>{'; '.join(parts)}</sup>"
+    fig = _layout(fig, title, "last layer switched off", "first layer switched off")
+    fig.update_yaxes(autorange="reversed", dtick=1)
+    fig.update_xaxes(dtick=1)
+    fig.update_layout(height=520, width=620)
+    return fig
+
+
+def overhead_figure(results: list, title: str) -> go.Figure:
+    """Grouped bars: the paired median overhead of each variant over the backbone, per setting
+    (``results`` are :class:`adapterlab.latency.LatencyResult`); hover shows the median milliseconds."""
+    fig = go.Figure()
+    for result, color in zip(results, LINE_COLORS):
+        rows = result.rows()
+        fig.add_bar(x=[row["variant"] for row in rows], y=[row["overhead_percent"] for row in rows],
+                    name=result.label, marker_color=color,
+                    text=[f"{row['overhead_percent']:+.1f} %" for row in rows], textposition="outside",
+                    customdata=[[row["median_ms"]] for row in rows],
+                    hovertemplate="%{x}: %{y:+.1f} %<br>median %{customdata[0]:.2f} ms<extra></extra>")
+    fig.update_layout(barmode="group")
+    return _layout(fig, title, "model", "time over the backbone alone (%, paired median)")

@@ -1,0 +1,603 @@
+"""GLUE tasks: find the data, read it, subset it, tokenise it once, and batch it with little padding.
+
+Where the rows come from, in order (the first that answers wins):
+
+1. a GLUE folder in the original GLUE TSV layout (``SST-2/train.tsv`` …), named by the ``data_dir``
+   argument or the ``ADAPTERLAB_DATA`` environment variable (a relative value is read against the
+   project folder, so the command line and the notebooks in ``labs/`` read the same folder; one that is
+   not a folder is an error);
+2. the Hugging Face hub (``nyu-mll/glue``) through ``datasets`` — only when the hub answers within two
+   seconds and neither ``HF_HUB_OFFLINE`` nor ``HF_DATASETS_OFFLINE`` is set, so that an offline laptop
+   never waits on it;
+3. the project's own toy sets in ``data/toy/`` (same layout, synthetic, a few hundred rows). They exist
+   so that tests and demos run anywhere; every output made from them says ``TOY DATA``.
+
+Why batching matters here: SST-2 sentences are short (about 13 WordPiece tokens on average), so a batch
+padded to a fixed 128 tokens is mostly padding. Batches are padded to their own longest sequence, and the
+``grouped`` order puts sequences of similar length together (sorting inside large random chunks, then
+shuffling the batches) so that padding all but disappears while the order stays random.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import hashlib
+import itertools
+import os
+import random
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..validation import check_positive_int
+from ..paths import DATA_DIR, project_path
+from .hub import hub_reachable
+
+DATA_ENV = "ADAPTERLAB_DATA"
+HUB_DATASET = "nyu-mll/glue"
+TOY_DIR = DATA_DIR / "toy"
+SPLITS = ("train", "dev")
+ORDERS = ("grouped", "shuffled", "sequential")
+SOURCES = ("auto", "glue", "hub", "toy")
+METRICS = ("accuracy", "matthews", "f1")
+
+
+class DataError(ValueError):
+    """A data file or folder that cannot be used; the message names the file and, where it helps, the line."""
+
+    def __init__(self, message: str, path: str | os.PathLike | None = None, line: int | None = None):
+        self.path = None if path is None else str(path)
+        self.line = line
+        self.reason = message  # the message without the file and line
+        where = "" if path is None else (f"{path}, line {line}: " if line is not None else f"{path}: ")
+        super().__init__(where + message)
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One GLUE task: where its files are, how their columns are laid out, and how it is scored."""
+
+    name: str  # "sst2"
+    glue_folder: str  # "SST-2": the folder inside a GLUE download
+    num_labels: int
+    metric: str  # the main metric: "accuracy", "matthews" or "f1"
+    label_names: tuple[str, ...]  # label id i means label_names[i]
+    num_columns: int  # tab-separated fields per row of train.tsv / dev.tsv
+    text_columns: tuple[int, ...]  # one column, or two for a sentence pair
+    label_column: int
+    header: str | None  # the label column's name in the header row; None: the file has no header
+    label_values: tuple[str, ...] = ("0", "1")  # how label id i is written in the TSV
+    hub_name: str = ""  # the nyu-mll/glue configuration; defaults to ``name``
+    hub_fields: tuple[str, ...] = ("sentence",)
+
+    @property
+    def is_pair(self) -> bool:
+        return len(self.text_columns) == 2
+
+    @property
+    def metric_names(self) -> tuple[str, ...]:
+        """What :func:`compute_metrics` returns for this task, the main metric first."""
+        return (self.metric,) if self.metric == "accuracy" else (self.metric, "accuracy")
+
+
+TASKS: dict[str, TaskSpec] = {
+    "sst2": TaskSpec(
+        name="sst2", glue_folder="SST-2", num_labels=2, metric="accuracy",
+        label_names=("negative", "positive"),
+        num_columns=2, text_columns=(0,), label_column=1, header="label",
+    ),
+    "cola": TaskSpec(
+        name="cola", glue_folder="CoLA", num_labels=2, metric="matthews",
+        label_names=("unacceptable", "acceptable"),
+        num_columns=4, text_columns=(3,), label_column=1, header=None,
+    ),
+    "mrpc": TaskSpec(
+        name="mrpc", glue_folder="MRPC", num_labels=2, metric="f1",
+        label_names=("not_equivalent", "equivalent"),
+        num_columns=5, text_columns=(3, 4), label_column=0, header="Quality",
+        hub_fields=("sentence1", "sentence2"),
+    ),
+    "rte": TaskSpec(
+        name="rte", glue_folder="RTE", num_labels=2, metric="accuracy",
+        label_names=("entailment", "not_entailment"),
+        num_columns=4, text_columns=(1, 2), label_column=3, header="label",
+        label_values=("entailment", "not_entailment"), hub_fields=("sentence1", "sentence2"),
+    ),
+}
+
+
+def get_task(task: str | TaskSpec) -> TaskSpec:
+    if isinstance(task, TaskSpec):
+        return task
+    key = str(task).lower().replace("-", "")
+    if key not in TASKS:
+        raise ValueError(f"task must be one of {', '.join(TASKS)}; got {task!r}")
+    return TASKS[key]
+
+
+@dataclass
+class Split:
+    """The rows of one split of one task, and where they came from."""
+
+    task: TaskSpec
+    split: str  # "train" or "dev"
+    texts: list  # list[str], or list[tuple[str, str]] for a sentence-pair task
+    labels: list[int]
+    #: "the GLUE folder (SST-2/train.tsv)" — relative to the data folder, so that no output shows where a
+    #: machine keeps its data —, "HF hub nyu-mll/glue (sst2, train)", or "TOY DATA (data/toy/…)".
+    source: str
+    is_toy: bool
+    total_rows: int | None = None  # rows in the source before subsetting; None: this is all of them
+    subset: str = ""  # how the rows were chosen, e.g. "stratified, seed 0"
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def label_counts(self) -> dict[str, int]:
+        counts = collections.Counter(self.labels)
+        return {name: counts.get(i, 0) for i, name in enumerate(self.task.label_names)}
+
+    def describe(self) -> str:
+        """One line for logs and notebooks: task, split, rows, labels, and the source by name."""
+        total = self.total_rows if self.total_rows is not None else len(self)
+        rows = f"{len(self):,} rows" if total == len(self) else f"{len(self):,} of {total:,} rows ({self.subset})"
+        labels = " / ".join(f"{name} {n:,}" for name, n in self.label_counts().items())
+        if self.is_toy:
+            where = f"from {self.source} — not the real task"
+        else:
+            where = f"from {self.source}"
+        return f"{self.task.glue_folder} {self.split}: {rows} [{labels}] {where}"
+
+
+# --------------------------------------------------------------------------- finding and reading
+
+
+def glue_from_environment() -> Path | None:
+    """The folder ``$ADAPTERLAB_DATA`` names (None when it is unset or empty), whether or not it exists.
+
+    A relative value is read against the project folder (the one holding ``data/`` and ``labs/``), not
+    the current one: the command line runs in the project folder and the notebooks in ``labs/``, and
+    both must read the same data. ``~`` is expanded.
+    """
+    setting = os.environ.get(DATA_ENV)
+    if not setting:
+        return None
+    path = Path(setting).expanduser()
+    return path if path.is_absolute() else project_path(path).resolve()
+
+
+def locate_glue(data_dir: str | os.PathLike | None = None) -> Path | None:
+    """The GLUE folder to read: ``data_dir`` if given (relative to the current folder), else
+    ``$ADAPTERLAB_DATA`` (see :func:`glue_from_environment`); None unless it is a folder. Lab 0 prints it."""
+    path = Path(data_dir).expanduser() if data_dir else glue_from_environment()
+    return path if path is not None and path.is_dir() else None
+
+
+def read_glue_tsv(path: str | os.PathLike, task: str | TaskSpec) -> tuple[list, list[int]]:
+    """Texts and label ids of one GLUE train/dev TSV file.
+
+    Quoting is off: GLUE rows hold bare ``"`` characters that a CSV reader would swallow. The last row may
+    lack a newline (CoLA's dev.tsv does). Every problem raises :class:`DataError` with the file and line.
+    """
+    spec = get_task(task)
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(
+            f"missing file; expected the GLUE layout <folder>/{spec.glue_folder}/{path.name}. "
+            f"Point {DATA_ENV} (or data_dir=) at a folder holding {spec.glue_folder}/train.tsv and "
+            f"{spec.glue_folder}/dev.tsv, e.g. `export {DATA_ENV}=/path/to/glue_data`",
+            path,
+        )
+    try:
+        text = path.read_bytes().decode("utf-8-sig")  # MRPC's GLUE files start with a byte-order mark
+    except UnicodeDecodeError as error:
+        raise DataError(f"not UTF-8 text ({error})", path) from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the newline that ends the last row
+    if not lines:
+        raise DataError("empty file; expected GLUE TSV rows", path)
+
+    value_to_id = {value: i for i, value in enumerate(spec.label_values)}
+    texts, labels = [], []
+    for number, line in enumerate(lines, start=1):
+        fields = line.rstrip("\r").split("\t")
+        if len(fields) != spec.num_columns:
+            raise DataError(
+                f"expected {spec.num_columns} tab-separated columns for {spec.glue_folder}, found {len(fields)}",
+                path, number,
+            )
+        value = fields[spec.label_column].strip()
+        if number == 1 and spec.header is not None:
+            if value != spec.header:
+                raise DataError(
+                    f"expected a header row whose column {spec.label_column + 1} is {spec.header!r}, "
+                    f"found {value!r}", path, number,
+                )
+            continue
+        if value not in value_to_id:
+            if spec.label_values == ("0", "1") and not _is_int(value):
+                problem = f"label {value!r} is not an integer"
+            else:
+                problem = f"label {value!r} is outside the task's labels"
+            raise DataError(f"{problem}; {spec.name} labels are {', '.join(spec.label_values)}", path, number)
+        sentences = tuple(fields[c].strip() for c in spec.text_columns)
+        texts.append(sentences if spec.is_pair else sentences[0])
+        labels.append(value_to_id[value])
+    if not labels:
+        raise DataError("no data rows after the header", path)
+    return texts, labels
+
+
+def _is_int(value: str) -> bool:
+    try:
+        int(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _check_split(split: str) -> str:
+    split = {"validation": "dev"}.get(split, split)
+    if split not in SPLITS:
+        raise ValueError(f"split must be 'train' or 'dev' (GLUE test labels are hidden); got {split!r}")
+    return split
+
+
+def _load_hub(spec: TaskSpec, split: str) -> tuple[list, list[int], str]:
+    import datasets
+
+    config = spec.hub_name or spec.name
+    rows = datasets.load_dataset(HUB_DATASET, config, split="validation" if split == "dev" else split)
+    columns = [rows[name] for name in spec.hub_fields]
+    texts = list(zip(*columns)) if spec.is_pair else list(columns[0])
+    labels = [int(label) for label in rows["label"]]
+    where = f"HF hub {HUB_DATASET} ({config}, {split})"
+    for number, label in enumerate(labels):
+        if not 0 <= label < spec.num_labels:
+            raise DataError(f"row {number}: label {label} is outside the task's labels 0..{spec.num_labels - 1}", where)
+    return texts, labels, where
+
+
+def _relative(path: Path) -> str:
+    try:
+        return str(path.relative_to(TOY_DIR.parent.parent))
+    except ValueError:
+        return str(path)
+
+
+def check_glue_setting(data_dir: str | os.PathLike | None = None, task: str | TaskSpec = "sst2") -> None:
+    """Raise :class:`DataError` if ``data_dir``, or else ``$ADAPTERLAB_DATA``, names something that is
+    not a folder: a mistyped path must stop the run, not let it train on other data without a word."""
+    spec = get_task(task)
+    if data_dir is not None:
+        if not Path(data_dir).expanduser().is_dir():
+            raise DataError(
+                f"missing folder; data_dir must be a GLUE folder holding {spec.glue_folder}/train.tsv", data_dir
+            )
+        return
+    path = glue_from_environment()
+    if path is not None and not path.is_dir():
+        read_as = "" if Path(os.environ[DATA_ENV]).expanduser().is_absolute() else f" (read as {path})"
+        raise DataError(
+            f"{DATA_ENV}={os.environ[DATA_ENV]!r}{read_as} is not a folder; point it at a GLUE folder holding "
+            f"{spec.glue_folder}/ (a relative path is read against the project folder), or unset it to use "
+            "the hub or the toy sets"
+        )
+
+
+def load_split(
+    task: str | TaskSpec,
+    split: str = "train",
+    data_dir: str | os.PathLike | None = None,
+    max_examples: int | None = None,
+    seed: int = 0,
+    *,
+    source: str = "auto",
+) -> Split:
+    """One split of a task from the first source that has it (see the module docstring).
+
+    ``source`` forces one source: "glue" (a GLUE folder must exist), "hub", or "toy". A ``data_dir`` or
+    ``$ADAPTERLAB_DATA`` that is not a folder is an error, never a silent fall-back to other data (a
+    relative ``$ADAPTERLAB_DATA`` is read against the project folder, see :func:`glue_from_environment`).
+    ``max_examples`` keeps a seeded, label-stratified subset (see :func:`stratified_indices`). Every lab
+    that reads sentences loads them with it (labs 0, 2, 3 and 5-9).
+    """
+    spec = get_task(task)
+    split = _check_split(split)
+    if source not in SOURCES:
+        raise ValueError(f"source must be one of {', '.join(SOURCES)}; got {source!r}")
+    if source in ("auto", "glue") or data_dir is not None:  # a forced hub or toy source ignores the variable
+        check_glue_setting(data_dir, spec)
+    glue = locate_glue(data_dir)
+
+    loaded = None
+    if source in ("auto", "glue") and glue is not None:
+        path = glue / spec.glue_folder / f"{split}.tsv"
+        texts, labels = read_glue_tsv(path, spec)
+        loaded = Split(spec, split, texts, labels, f"the GLUE folder ({spec.glue_folder}/{split}.tsv)", is_toy=False)
+    elif source == "glue":
+        raise DataError(f"no GLUE folder: pass data_dir= or set {DATA_ENV} to a folder holding {spec.glue_folder}/")
+    elif source == "hub" or (source == "auto" and hub_reachable()):
+        try:
+            texts, labels, where = _load_hub(spec, split)
+            loaded = Split(spec, split, texts, labels, where, is_toy=False)
+        except DataError:
+            raise
+        except Exception as error:  # a network or hub failure: say so, then use the toy set (auto only)
+            if source == "hub":
+                raise
+            warnings.warn(f"could not load {HUB_DATASET} {spec.name} from the hub ({error}); using the toy set")
+    if loaded is None:
+        path = TOY_DIR / spec.glue_folder / f"{split}.tsv"
+        texts, labels = read_glue_tsv(path, spec)
+        loaded = Split(spec, split, texts, labels, f"TOY DATA ({_relative(path)})", is_toy=True)
+
+    if max_examples is not None and max_examples < len(loaded):
+        keep = stratified_indices(loaded.labels, max_examples, seed)
+        loaded.total_rows = len(loaded)
+        loaded.subset = f"stratified, seed {seed}"
+        loaded.texts = [loaded.texts[i] for i in keep]
+        loaded.labels = [loaded.labels[i] for i in keep]
+    return loaded
+
+
+def stratified_indices(labels, size: int, seed: int = 0) -> list[int]:
+    """Exactly ``size`` row indices, in dataset order, with each label's share kept to within one row.
+
+    Each class gets the floor of its exact share ``size·n_k/N``; the rows left over go to the classes with
+    the largest remainders (ties to the smaller label), so no class is off by a whole row or more. Rows
+    inside a class are drawn with ``random.Random(seed)``: the same seed gives the same subset.
+    """
+    size = check_positive_int("max_examples", size)
+    labels = list(labels)
+    if size >= len(labels):
+        return list(range(len(labels)))
+    by_label = collections.defaultdict(list)
+    for index, label in enumerate(labels):
+        by_label[label].append(index)
+    classes = sorted(by_label)
+    exact = {k: size * len(by_label[k]) / len(labels) for k in classes}
+    quota = {k: int(exact[k]) for k in classes}
+    leftover = size - sum(quota.values())
+    for k in sorted(classes, key=lambda k: (-(exact[k] - quota[k]), k))[:leftover]:
+        quota[k] += 1
+    rng = random.Random(seed)
+    return sorted(i for k in classes for i in rng.sample(by_label[k], quota[k]))
+
+
+# --------------------------------------------------------------------------- tokenising and batching
+
+
+@dataclass(frozen=True, eq=False)
+class TokenizedSplit:
+    """A split tokenised once, without padding. The ids of all examples lie end to end in one read-only
+    array (example i is ``ids[offsets[i]:offsets[i + 1]]``), which keeps 67k SST-2 rows compact and lets a
+    batch be gathered in one step; ``input_ids[i]`` and ``token_type_ids[i]`` give per-example views."""
+
+    split: Split
+    ids: np.ndarray
+    types: np.ndarray
+    offsets: np.ndarray  # len(split) + 1 positions into ids / types
+    labels: np.ndarray
+    pad_token_id: int
+    max_length: int
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    @functools.cached_property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    @functools.cached_property
+    def input_ids(self) -> list[np.ndarray]:
+        return np.split(self.ids, self.offsets[1:-1])
+
+    @functools.cached_property
+    def token_type_ids(self) -> list[np.ndarray]:
+        return np.split(self.types, self.offsets[1:-1])
+
+    def describe(self) -> str:
+        lengths = self.lengths
+        return (
+            f"{self.split.task.glue_folder} {self.split.split}: {len(self):,} sequences, tokens per sequence "
+            f"(with [CLS]/[SEP]) mean {lengths.mean():.1f}, p95 {np.percentile(lengths, 95):.0f}, "
+            f"max {lengths.max()} (cap {self.max_length})"
+        )
+
+
+_TOKENIZED_CACHE: collections.OrderedDict = collections.OrderedDict()
+_CACHE_SIZE = 8
+
+
+def _cache_key(split: Split, tokenizer, max_length: int) -> tuple:
+    content = hashlib.sha1()
+    for text, label in zip(split.texts, split.labels):
+        content.update(repr((text, label)).encode())
+    return (
+        type(tokenizer).__name__, getattr(tokenizer, "name_or_path", ""), len(tokenizer),
+        split.task.name, split.split, split.source, len(split), content.hexdigest(), max_length,
+    )
+
+
+def tokenize(split: Split, tokenizer, max_length: int = 128) -> TokenizedSplit:
+    """Tokenise every row once (truncated to ``max_length``, not padded) and keep the result in memory.
+
+    The cache key is the tokenizer (class, name, vocabulary size), the task, split, source and a hash of
+    the rows themselves, so a different subset never reuses another's ids. The last few results are kept.
+    """
+    check_positive_int("max_length", max_length)
+    key = _cache_key(split, tokenizer, max_length)
+    if key in _TOKENIZED_CACHE:
+        _TOKENIZED_CACHE.move_to_end(key)
+        return _TOKENIZED_CACHE[key]
+    pad = tokenizer.pad_token_id
+    if pad is None:
+        raise ValueError(f"tokenizer {getattr(tokenizer, 'name_or_path', tokenizer)!r} has no pad token")
+    if split.task.is_pair:
+        first, second = [t[0] for t in split.texts], [t[1] for t in split.texts]
+    else:
+        first, second = list(split.texts), None
+    encoded = tokenizer(
+        first, second, truncation=True, max_length=max_length, padding=False,
+        return_attention_mask=False, return_token_type_ids=True,
+    )
+
+    rows = encoded["input_ids"]
+    lengths = np.fromiter((len(row) for row in rows), dtype=np.int64, count=len(rows))
+    total = int(lengths.sum())
+
+    def flat(rows):
+        array = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=total)
+        array.flags.writeable = False
+        return array
+
+    types = encoded.get("token_type_ids") or [[0] * n for n in lengths]
+    labels = np.asarray(split.labels, dtype=np.int64)
+    labels.flags.writeable = False
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    offsets.flags.writeable = False
+    result = TokenizedSplit(split, flat(rows), flat(types), offsets, labels, int(pad), max_length)
+    _TOKENIZED_CACHE[key] = result
+    while len(_TOKENIZED_CACHE) > _CACHE_SIZE:
+        _TOKENIZED_CACHE.popitem(last=False)
+    return result
+
+
+def batch_indices(
+    lengths, batch_size: int, order: str = "grouped", seed: int = 0, group_batches: int = 50
+) -> list[np.ndarray]:
+    """The example indices of each batch, in batch order; every index appears exactly once.
+
+    * ``sequential``: dataset order (for evaluation).
+    * ``shuffled``: a seeded random permutation cut into batches.
+    * ``grouped``: the same permutation cut into chunks of ``group_batches`` batches; each chunk is sorted
+      by length and cut into batches, then all batches are shuffled. Neighbours in a batch have similar
+      lengths (little padding), yet which examples share a chunk, and the batch order, stay random.
+    """
+    batch_size = check_positive_int("batch_size", batch_size)
+    check_positive_int("group_batches", group_batches)
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {', '.join(ORDERS)}; got {order!r}")
+    lengths = np.asarray(lengths)
+    count = len(lengths)
+    if order == "sequential":
+        return [np.arange(start, min(start + batch_size, count)) for start in range(0, count, batch_size)]
+    rng = np.random.default_rng(seed)
+    permutation = rng.permutation(count)
+    if order == "shuffled":
+        return [permutation[start:start + batch_size] for start in range(0, count, batch_size)]
+    chunk = batch_size * group_batches
+    batches = []
+    for start in range(0, count, chunk):
+        members = permutation[start:start + chunk]
+        members = members[np.argsort(lengths[members], kind="stable")]
+        batches.extend(members[i:i + batch_size] for i in range(0, len(members), batch_size))
+    return [batches[i] for i in rng.permutation(len(batches))]
+
+
+def collate(tokenized: TokenizedSplit, indices) -> dict[str, torch.Tensor]:
+    """One batch padded to its own longest sequence: input_ids, attention_mask, token_type_ids, labels."""
+    rows = np.asarray(indices, dtype=np.int64)
+    starts, lengths = tokenized.offsets[rows], tokenized.lengths[rows]
+    positions = np.arange(lengths.max())
+    attention_mask = (positions < lengths[:, None]).astype(np.int64)
+    gather = np.where(attention_mask, starts[:, None] + positions, 0)
+    input_ids = np.where(attention_mask, tokenized.ids[gather], tokenized.pad_token_id)
+    token_type_ids = np.where(attention_mask, tokenized.types[gather], 0)
+    return {
+        "input_ids": torch.from_numpy(input_ids),
+        "attention_mask": torch.from_numpy(attention_mask),
+        "token_type_ids": torch.from_numpy(token_type_ids),
+        "labels": torch.from_numpy(tokenized.labels[rows]),
+    }
+
+
+def make_batches(
+    tokenized: TokenizedSplit, batch_size: int, order: str = "grouped", seed: int = 0, group_batches: int = 50
+) -> list[dict[str, torch.Tensor]]:
+    """All batches of one epoch (see :func:`batch_indices` for the orders), each padded to its longest row.
+
+    Pass a different ``seed`` per epoch for a different order.
+    """
+    return [collate(tokenized, rows) for rows in batch_indices(tokenized.lengths, batch_size, order, seed, group_batches)]
+
+
+def padding_waste(batches) -> float:
+    """Padded tokens / real tokens over the batches: 0 means no padding, 1 means as much padding as text."""
+    real = sum(int(batch["attention_mask"].sum()) for batch in batches)
+    total = sum(batch["attention_mask"].numel() for batch in batches)
+    if real == 0:
+        raise ValueError("padding_waste needs at least one batch with a real token")
+    return (total - real) / real
+
+
+# --------------------------------------------------------------------------- scoring
+
+
+def _as_label_array(values, name: str) -> np.ndarray:
+    if isinstance(values, torch.Tensor):
+        values = values.detach().cpu().numpy()
+    array = np.asarray(values)
+    if array.ndim == 2:  # logits or probabilities: the predicted class is the argmax
+        array = array.argmax(axis=-1)
+    if array.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D sequence of class ids (or 2-D logits); got shape {array.shape}")
+    return array.astype(np.int64)
+
+
+def confusion_matrix(predictions, labels, num_labels: int) -> np.ndarray:
+    """C[i, j] = number of examples with true label i predicted as j."""
+    matrix = np.zeros((num_labels, num_labels), dtype=np.int64)
+    np.add.at(matrix, (labels, predictions), 1)
+    return matrix
+
+
+def matthews(matrix: np.ndarray) -> float:
+    """Matthews correlation of a K×K confusion matrix (Gorodkin's R_K; the usual MCC when K = 2); 0 if undefined."""
+    matrix = matrix.astype(np.float64)
+    n = matrix.sum()
+    correct = np.trace(matrix)
+    true, predicted = matrix.sum(axis=1), matrix.sum(axis=0)
+    covariance = correct * n - predicted @ true
+    denominator = np.sqrt((n * n - predicted @ predicted) * (n * n - true @ true))
+    return float(covariance / denominator) if denominator > 0 else 0.0
+
+
+def compute_metrics(task: str | TaskSpec, predictions, labels) -> dict[str, float]:
+    """The task's metrics as fractions (accuracy 0..1, Matthews -1..1, F1 0..1); the main one is first.
+
+    sst2/rte: accuracy; cola: matthews and accuracy; mrpc: f1 (of label 1, "equivalent") and accuracy.
+    ``predictions`` may be class ids or a 2-D array of logits.
+    """
+    spec = get_task(task)
+    predictions = _as_label_array(predictions, "predictions")
+    labels = _as_label_array(labels, "labels")
+    if len(predictions) != len(labels) or len(labels) == 0:
+        raise ValueError(f"need as many predictions as labels, at least one; got {len(predictions)} and {len(labels)}")
+    for name, values in (("predictions", predictions), ("labels", labels)):
+        if values.min() < 0 or values.max() >= spec.num_labels:
+            raise ValueError(f"{name} must be class ids 0..{spec.num_labels - 1} for {spec.name}")
+    matrix = confusion_matrix(predictions, labels, spec.num_labels)
+    scores = {"accuracy": float(np.trace(matrix) / matrix.sum())}
+    if spec.metric == "matthews":
+        scores["matthews"] = matthews(matrix)
+    elif spec.metric == "f1":
+        tp, fp, fn = matrix[1, 1], matrix[0, 1], matrix[1, 0]
+        scores["f1"] = float(2 * tp / (2 * tp + fp + fn)) if tp + fp + fn else 0.0
+    return {name: scores[name] for name in spec.metric_names}
+
+
+def majority_baseline(split: Split) -> dict[str, float]:
+    """The metrics of always predicting the most frequent label (ties: the smaller id) — what a model with
+    every adapter removed falls back to."""
+    if not len(split):
+        raise ValueError("majority_baseline needs a non-empty split")
+    counts = collections.Counter(split.labels)
+    majority = max(sorted(counts), key=lambda k: counts[k])
+    return compute_metrics(split.task, [majority] * len(split), split.labels)
