@@ -9,6 +9,9 @@ The package follows the labs' flow, one layer per subpackage; a layer imports on
 * :mod:`adapterlab.teaching` — self-checks, plots, widgets and the panel, profiles, student copies, slides;
 * :mod:`adapterlab.cli` — the command line on top.
 
+Below them all: :mod:`adapterlab.settings` (a setting declared once), :mod:`adapterlab.validation` (argument
+checks) and :mod:`adapterlab.paths` (where the project's folders are).
+
 Modules that lived at the top of the package before it had subpackages (``adapterlab.placement``,
 ``adapterlab.training`` for the loop, ...) still import under their old names, as the same module objects,
 so a notebook a student saved last term keeps running (:data:`MOVED`).
@@ -22,12 +25,12 @@ import sys
 #: Old module name -> where it lives now. ``adapterlab.training`` is a subpackage now; the names a lab
 #: imported from the old ``adapterlab.training`` module are re-exported by the subpackage.
 MOVED = {
-    "adapter": "model.adapter", "placement": "model.placement", "lora": "model.fold", "lora_model": "model.lora",
-    "counting": "model.counting", "latency": "model.latency", "checkpoints": "model.checkpoints",
+    "adapter": "model.adapter", "placement": "legacy.placement", "lora": "legacy.lora", "lora_model": "model.lora",
+    "counting": "legacy.counting", "latency": "model.latency", "checkpoints": "methods.checkpoints",
     "hub": "training.hub", "backbones": "training.backbones", "data": "training.data",
     "precision": "training.precision", "evaluation": "training.evaluation",
     "runstore": "runs.store", "run_folder": "runs.folder", "sweep": "runs.sweep", "ablation": "runs.ablation",
-    "ablation_runs": "runs.ablation_runs", "ablation_report": "runs.ablation_report", "tradeoff": "runs.tradeoff",
+    "ablation_runs": "runs.ablation_runs", "ablation_report": "runs.ablation_report", "tradeoff": "legacy.tradeoff",
     "peft_map": "runs.peft_map", "experiments": "runs.reference",
     "checks": "teaching.checks", "checks_training": "teaching.checks_training", "plots": "teaching.plots",
     "widgets": "teaching.widgets", "panel": "teaching.panel", "probes": "teaching.probes",
@@ -65,20 +68,22 @@ def __getattr__(name):  # `from adapterlab import placement` and `adapterlab.pla
 
 from .model.adapter import ACTIVATIONS, INIT_SCHEMES, BottleneckAdapter  # noqa: E402
 from .model.counting import bert_counts, compare_counts, count_model  # noqa: E402
-from .model.fold import LoRALinear, best_linear_fit, fold_adapters, fold_linear_adapter, linear_adapter_matrix  # noqa: E402
+from .model.fold import best_linear_fit, fold_adapters, fold_linear_adapter, linear_adapter_matrix  # noqa: E402
+from .model.lora import LoRALinear  # noqa: E402
 from .model.placement import (  # noqa: E402
-    METHODS,
     PLACEMENTS,
     PlacementError,
     add_adapters,
     adapter_config,
-    apply_method,
     enabled_layers,
     remove_adapters,
     set_adapters_enabled,
-    set_trainable,
-    trainable_summary,
 )
+from .model.trainable import trainable_summary  # noqa: E402
+from .methods import apply_method, names as _method_names  # noqa: E402
+from .methods.registry import set_trainable  # noqa: E402
+
+METHODS = _method_names()
 
 __version__ = "0.1.0"
 

@@ -20,10 +20,10 @@ import contextlib
 import sys
 from pathlib import Path
 
+from . import methods
+from .model.placement import PLACEMENTS
+from .training.config import add_setting_flags, config_from_args, settings
 from .training.data import TASKS
-from .model.lora import DEFAULT_LORA_ALPHA, DEFAULT_LORA_RANK, LORA_TARGET_SETS
-from .model.placement import METHODS, PLACEMENTS
-from .training.precision import PRECISIONS
 
 OK, FAILED, USAGE, INTERRUPTED = 0, 1, 2, 130
 
@@ -45,21 +45,21 @@ def usage_errors():
         raise CommandError(str(error), USAGE) from error
 
 
-def _add_method_options(parser: argparse.ArgumentParser) -> None:
-    """The options of --method lora, and the pooler switch every method but full reads (train and sweep)."""
-    parser.add_argument("--rank", type=int, default=DEFAULT_LORA_RANK, help="LoRA rank r (--method lora)")
-    parser.add_argument("--lora-alpha", type=float, default=DEFAULT_LORA_ALPHA,
-                        help="LoRA scaling alpha: the update is alpha/r·BA (--method lora)")
-    parser.add_argument("--lora-targets", default="query_value", choices=list(LORA_TARGET_SETS),
-                        help="the dense layers LoRA adapts: attention query and value, or every dense layer")
-    parser.add_argument("--train-pooler", action="store_true",
-                        help="train the pretrained pooler too (frozen by default, as in the original adapter code)")
+def _add_training_settings(parser: argparse.ArgumentParser, *, seeds: bool, precision: str = "auto",
+                           method_choices=None) -> None:
+    """Every training setting as a flag, the same names on every subcommand that trains (declared once, in
+    :mod:`adapterlab.settings`' form); a command that trains several seeds takes --seeds instead of --seed."""
+    names = [name for name in settings() if name != "device" and not (seeds and name == "seed")]
+    add_setting_flags(parser, names, defaults={"precision": precision})
+    parser.set_defaults(method_choices=method_choices)
 
 
-def _method_settings(args) -> dict:
-    """The TrainConfig fields _add_method_options sets."""
-    return dict(lora_rank=args.rank, lora_alpha=args.lora_alpha, lora_targets=args.lora_targets,
-                train_pooler=args.train_pooler)
+def _training_config(args, **fixed):
+    """The TrainConfig the flags describe; a method outside the command's own choices is a usage error."""
+    allowed = args.method_choices
+    if allowed is not None and args.method not in allowed:
+        raise ValueError(f"method must be one of {', '.join(allowed)} here; got {args.method!r}")
+    return config_from_args(args, **fixed)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -76,41 +76,26 @@ def build_parser() -> argparse.ArgumentParser:
     count.add_argument("--bottleneck", type=int, default=64, help="bottleneck size r")
     count.add_argument("--frozen-layernorm", action="store_true", help="count LayerNorms as frozen")
     count.add_argument("--num-labels", type=int, default=2)
-    count.add_argument("--method", default=None, choices=["lora", "bitfit"],
-                       help="count LoRA (--rank, --lora-targets) or BitFit instead of adapters")
-    count.add_argument("--rank", type=int, default=DEFAULT_LORA_RANK, help="LoRA rank r (--method lora)")
-    count.add_argument("--lora-targets", default="query_value", choices=list(LORA_TARGET_SETS),
-                       help="the dense layers LoRA adapts (--method lora)")
-    count.add_argument("--train-pooler", action="store_true", help="count the pretrained pooler as trained")
+    counted = [m.name for m in methods.REGISTRY.values() if m.count is not None and m.name not in PLACEMENTS]
+    count.add_argument("--method", default=None, choices=counted,
+                       help="count another method than adapters (its settings as for train, e.g. --lora-rank)")
+    add_setting_flags(count, ["lora_rank", "lora_targets", "train_pooler"])
     count.add_argument("--json", action="store_true", help="machine-readable output")
 
     train = commands.add_parser("train", help="train one method on a GLUE task; write the adapter set and metrics.json")
     train.add_argument("--task", default="sst2", choices=tasks)
-    train.add_argument("--method", default="houlsby", choices=METHODS)
-    train.add_argument("--bottleneck", type=int, default=64, help="bottleneck size r (adapter methods)")
-    train.add_argument("--top-k", type=int, default=2, help="layers trained by --method top_k")
-    _add_method_options(train)
+    _add_training_settings(train, seeds=False)
     train.add_argument("--backbone", default="bert-base-uncased",
                        help="bert-base-uncased (offline: the stand-in), all-MiniLM-L6-v2, bert-base-random, tiny-random")
     train.add_argument("--data", default=None, metavar="DIR",
                        help="a GLUE folder (default: $ADAPTERLAB_DATA, then the hub, then the toy sets)")
     train.add_argument("--max-train", type=int, default=None, metavar="N", help="a seeded, stratified subset of N rows")
     train.add_argument("--max-eval", type=int, default=None, metavar="N", help="evaluate on N dev rows")
-    train.add_argument("--epochs", type=float, default=1.0)
-    train.add_argument("--lr", type=float, default=None,
-                       help="peak learning rate (default: 1e-3 for adapters, layernorm, head, bitfit; 5e-4 for lora; "
-                            "5e-5 for full, top_k)")
-    train.add_argument("--batch-size", type=int, default=32)
-    train.add_argument("--seed", type=int, default=0)
     train.add_argument("--out", required=True, metavar="DIR",
                        help="a new or empty folder for the run: metrics.json and, for adapters, lora and bitfit, "
                             "the trained set")
     train.add_argument("--overwrite", action="store_true",
                        help="replace the run already in --out (only once the new run is written)")
-    train.add_argument("--no-progress", action="store_true", help="no progress bar")
-    train.add_argument("--precision", default="auto", choices=PRECISIONS,
-                       help="auto (default): bf16 autocast where a short probe, cached per machine, finds it at least "
-                            "1.2x faster, else fp32; fp32 or bf16 force it. Evaluation runs in fp32")
 
     evaluate = commands.add_parser("evaluate", help="evaluate a saved adapter set on its task's dev set")
     evaluate.add_argument("--checkpoint", required=True, metavar="DIR", help="a folder written by `adapterlab train`")
@@ -124,18 +109,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Every combination of the --grid values, for every seed, is trained once and stored in the run "
                     "store; runs already stored (by any shard, or an earlier interrupted sweep) are not trained again.")
     sweep.add_argument("--task", default="sst2", choices=tasks)
-    sweep.add_argument("--method", default="houlsby", choices=METHODS)
     sweep.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2,...",
                        help="a training setting and its values, e.g. --grid init_scale=1e-4,1e-2 --grid bottleneck=8,64 "
                             "(any TrainConfig field; repeat for a grid)")
     sweep.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default: 0,1,2)")
-    sweep.add_argument("--bottleneck", type=int, default=64, help="bottleneck size r where the grid does not set it")
-    sweep.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the method's)")
-    _add_method_options(sweep)
-    sweep.add_argument("--steps", type=int, default=None, help="training steps per run (default: --epochs)")
-    sweep.add_argument("--epochs", type=float, default=1.0)
-    sweep.add_argument("--eval-every", type=int, default=None, metavar="N", help="evaluate every N steps and at the end")
-    sweep.add_argument("--batch-size", type=int, default=32)
+    _add_training_settings(sweep, seeds=True, precision="fp32")
     sweep.add_argument("--backbone", default="bert-base-uncased", help="as for train")
     sweep.add_argument("--data", default=None, metavar="DIR", help="a GLUE folder (as for train)")
     sweep.add_argument("--max-train", type=int, default=None, metavar="N", help="a seeded, stratified subset of N rows")
@@ -144,37 +122,38 @@ def build_parser() -> argparse.ArgumentParser:
                        help="run the I-th of N shares of the grid (1/2 and 2/2 in two processes or machines)")
     sweep.add_argument("--store", default=None, metavar="DIR",
                        help="the run store (default: $ADAPTERLAB_RUNS, else runs/store in the project)")
-    sweep.add_argument("--no-progress", action="store_true", help="no progress bar")
-    sweep.add_argument("--precision", default="fp32", choices=PRECISIONS,
-                       help="fp32 (default: the reference runs' precision, and the same on every shard's machine), "
-                            "bf16, or auto (bf16 where a cached probe finds it at least 1.2x faster)")
 
     ablate = commands.add_parser(
         "ablate", help="train a run per seed and store its span ablation (lab 8); a rerun skips stored seeds",
         description="For every seed: train the run (Houlsby adapters unless --method says otherwise), switch its "
                     "adapters off span by span on --eval-rows dev rows, and store the score matrix in the run store.")
     ablate.add_argument("--task", default="sst2", choices=tasks)
-    ablate.add_argument("--method", default="houlsby", choices=PLACEMENTS, help="an adapter placement")
     ablate.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default: 0,1,2)")
-    ablate.add_argument("--bottleneck", type=int, default=64, help="bottleneck size r")
-    ablate.add_argument("--init-scale", type=float, default=1e-2, help="adapter init scale sigma")
-    ablate.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the method's)")
-    ablate.add_argument("--steps", type=int, default=None, help="training steps per run (default: --epochs)")
-    ablate.add_argument("--epochs", type=float, default=1.0)
-    ablate.add_argument("--eval-every", type=int, default=None, metavar="N", help="evaluate every N steps and at the end")
-    ablate.add_argument("--batch-size", type=int, default=32)
-    ablate.add_argument("--train-pooler", action="store_true",
-                        help="train the pretrained pooler too (frozen by default, as in the original adapter code)")
+    _add_training_settings(ablate, seeds=True, precision="fp32", method_choices=PLACEMENTS)
     ablate.add_argument("--eval-rows", type=int, default=300, metavar="N", help="dev rows scored per span (default: 300)")
-    ablate.add_argument("--precision", default="fp32", choices=PRECISIONS,
-                        help="fp32 (default: the reference runs' precision), bf16, or auto (as for sweep)")
     ablate.add_argument("--backbone", default="bert-base-uncased", help="as for train")
     ablate.add_argument("--data", default=None, metavar="DIR", help="a GLUE folder (as for train)")
     ablate.add_argument("--max-train", type=int, default=None, metavar="N", help="a seeded, stratified subset of N rows")
     ablate.add_argument("--max-eval", type=int, default=None, metavar="N", help="evaluate training on N dev rows")
     ablate.add_argument("--store", default=None, metavar="DIR",
                         help="the run store (default: $ADAPTERLAB_RUNS, else runs/store in the project)")
-    ablate.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    tune = commands.add_parser(
+        "tune", help="the fair comparison: every method's learning rate chosen on validation rows, then 3 seeds",
+        description="Seed 0 over each method's learning-rate grid (extended past an edge that wins), the rate with "
+                    "the best validation score, then seeds 0, 1, 2 at it; every run stored as it finishes, so a "
+                    "rerun resumes. Prints each point's selected rate and dev mean and spread.")
+    tune.add_argument("--task", default="sst2", choices=tasks)
+    tune.add_argument("--points", default=None, metavar="LABEL,...",
+                      help="only these points of the comparison (default: all), e.g. 'Houlsby r=64,BitFit'")
+    tune.add_argument("--backbone", default="bert-base-uncased", help="as for train")
+    tune.add_argument("--data", default=None, metavar="DIR", help="a GLUE folder (as for train)")
+    tune.add_argument("--shard", default="1/1", metavar="I/N",
+                      help="train the I-th of N shares (each run has one owner; a shard waits where a selection "
+                           "needs the other's runs)")
+    tune.add_argument("--store", default=None, metavar="DIR",
+                      help="the run store (default: $ADAPTERLAB_RUNS, else runs/store in the project)")
+    tune.add_argument("--report", action="store_true", help="train nothing: print what the store holds")
 
     slides = commands.add_parser("slides", help="export the labs to reveal.js slide decks that open offline")
     slides.add_argument("labs", nargs="*", metavar="LAB", help="lab number, name or notebook path (default: every lab)")
@@ -232,19 +211,17 @@ def train_command(args) -> int:
     run so far (status "interrupted", the best state seen) and exits 130; a diverged run writes its
     partial history (status "diverged") and exits 1.
     """
-    from .model.checkpoints import SAVED_METHODS, save_adapter_set
+    from .methods import saveable
+    from .methods.checkpoints import save_adapter_set
     from .training.data import check_glue_setting, get_task
     from .runs.folder import commit_run_folder, discard_staging, prepare_run_folder, write_metrics
-    from .training.loop import TrainConfig, TrainingDiverged, run_experiment
+    from .training import TrainingDiverged, run_experiment
 
     task = get_task(args.task).name
     _check_rows("--max-train", args.max_train)
     _check_rows("--max-eval", args.max_eval)
     with usage_errors():
-        config = TrainConfig(method=args.method, bottleneck=args.bottleneck, top_k=args.top_k, **_method_settings(args),
-                             learning_rate=args.lr,
-                             epochs=args.epochs, batch_size=args.batch_size, seed=args.seed,
-                             progress=not args.no_progress, precision=args.precision)
+        config = _training_config(args)
         check_glue_setting(args.data, task)
         staging = prepare_run_folder(args.out, overwrite=args.overwrite)
     out = Path(args.out)
@@ -252,7 +229,7 @@ def train_command(args) -> int:
         result = run_experiment(task, config, backbone=args.backbone, data_dir=args.data,
                                 max_train=args.max_train, max_eval=args.max_eval)
         report = {"status": "interrupted" if result.interrupted else "complete", "task": task, **result.to_dict()}
-        report["checkpoint"] = str(out) if config.method in SAVED_METHODS else None
+        report["checkpoint"] = str(out) if config.method in saveable() else None
         if report["checkpoint"]:
             save_adapter_set(result.model, staging, backbone=result.backbone_info,
                              extra={"task": task, "seed": config.seed, "metrics": result.metrics})
@@ -286,7 +263,7 @@ def evaluate_command(args) -> int:
     import json
 
     from .training.backbones import load_backbone
-    from .model.checkpoints import load_adapter_set
+    from .methods.checkpoints import load_adapter_set
     from .training.data import check_glue_setting, get_task, load_split, tokenize
     from .training.evaluation import evaluate, pick_device
     from .runs.folder import adapter_set_config
@@ -335,17 +312,14 @@ def sweep_command(args) -> int:
     from .training.data import check_glue_setting, get_task
     from .runs.store import summarize
     from .runs.sweep import expand, parse_grid, parse_shard, run_sweep
-    from .training.loop import TrainConfig
+    from .training import TrainConfig
 
     task = get_task(args.task).name
     _check_rows("--max-train", args.max_train)
     _check_rows("--max-eval", args.max_eval)
     seeds = _parse_seeds(args.seeds)
     with usage_errors():
-        base = TrainConfig(method=args.method, bottleneck=args.bottleneck, **_method_settings(args),
-                           learning_rate=args.lr, epochs=args.epochs,
-                           max_steps=args.steps, eval_every=args.eval_every, batch_size=args.batch_size,
-                           progress=False, precision=args.precision)
+        base = _training_config(args, progress=False)
         grid = parse_grid(args.grid, TrainConfig)
         configs = expand(base, grid, seeds)
         shard = parse_shard(args.shard)
@@ -354,7 +328,7 @@ def sweep_command(args) -> int:
     done = []
     try:
         run_sweep(task, configs, stores=stores, shard=shard, backbone=args.backbone, data_dir=args.data,
-                  max_train=args.max_train, max_eval=args.max_eval, progress=not args.no_progress, on_run=done.append)
+                  max_train=args.max_train, max_eval=args.max_eval, progress=args.progress, on_run=done.append)
     except KeyboardInterrupt:
         print(f"adapterlab sweep: interrupted after {len(done)} of this shard's runs; they are stored in {own}. "
               "Run the same command again to resume.", file=sys.stderr)
@@ -383,12 +357,49 @@ def sweep_command(args) -> int:
 # --------------------------------------------------------------------------------------------------
 
 
+def tune_command(args) -> int:
+    """`adapterlab tune`: this shard's share of the tuning protocol (:mod:`adapterlab.runs.tuning`), then the
+    table of selected rates and dev scores."""
+    from .runs import tuning
+    from .runs.sweep import parse_shard
+    from .training.data import check_glue_setting, get_task
+
+    task = get_task(args.task).name
+    with usage_errors():
+        shard = parse_shard(args.shard)
+        check_glue_setting(args.data, task)
+        stores, own = _run_stores(args.store)
+        points = tuning.POINTS
+        if args.points is not None:
+            wanted = [label.strip() for label in args.points.split(",")]
+            known = {point.label: point for point in tuning.POINTS}
+            unknown = [label for label in wanted if label not in known]
+            if unknown:
+                raise ValueError(f"--points: no point {unknown[0]!r}; the points are {', '.join(known)}")
+            needed = set(wanted) | {known[label].rate_of for label in wanted if known[label].rate_of}
+            points = tuple(point for point in tuning.POINTS if point.label in needed)
+    if not args.report:
+        try:
+            tuning.run_protocol(task, stores=stores, shard=shard, backbone=args.backbone, data_dir=args.data,
+                                points=points)
+        except KeyboardInterrupt:
+            print(f"adapterlab tune: interrupted; the runs finished are stored in {own}. Run the same command "
+                  "again to resume.", file=sys.stderr)
+            return INTERRUPTED
+    for row in tuning.tuned_rows(task, stores, args.backbone, args.data, points):
+        rate = "not selected yet" if row["rate"] is None else f"lr {row['rate']:g}" + (
+            f" (shared with {row['rate_of']})" if row["rate_of"] else "") + (" AT THE GRID'S EDGE" if row["at_edge"] else "")
+        score = f"{row['mean']:.4f} ± {row['std']:.4f} over {row['n']} seeds" if row["n"] > 1 else \
+            f"{row['n']} seed{'s' if row['n'] != 1 else ''} stored"
+        print(f"{row['label']}: {rate}; dev {score}")
+    return OK
+
+
 def ablate_command(args) -> int:
     """`adapterlab ablate`: a span ablation per seed (lab 8), each stored as it finishes; prints each seed's
     full and all-off scores, then their mean and spread."""
     from .runs.ablation_runs import run_ablations, summarize_ablations
     from .training.data import check_glue_setting, get_task
-    from .training.loop import TrainConfig
 
     task = get_task(args.task).name
     _check_rows("--max-train", args.max_train)
@@ -396,10 +407,7 @@ def ablate_command(args) -> int:
     _check_rows("--eval-rows", args.eval_rows)
     seeds = _parse_seeds(args.seeds)
     with usage_errors():
-        config = TrainConfig(method=args.method, bottleneck=args.bottleneck, init_scale=args.init_scale,
-                             learning_rate=args.lr, epochs=args.epochs, max_steps=args.steps,
-                             eval_every=args.eval_every, batch_size=args.batch_size, precision=args.precision,
-                             train_pooler=args.train_pooler, progress=False)
+        config = _training_config(args, progress=False)
         check_glue_setting(args.data, task)
         stores, own = _run_stores(args.store)
     done = []
@@ -414,7 +422,7 @@ def ablate_command(args) -> int:
     try:
         run_ablations(task, config, seeds, args.eval_rows, stores=stores, on_run=report, backbone=args.backbone,
                       data_dir=args.data, max_train=args.max_train, max_eval=args.max_eval,
-                      progress=not args.no_progress)
+                      progress=args.progress)
     except KeyboardInterrupt:
         print(f"adapterlab ablate: interrupted after {len(done)} of {len(seeds)} seeds; they are stored in {own}. "
               "Run the same command again to resume.", file=sys.stderr)
@@ -461,13 +469,15 @@ def count_command(args) -> int:
     import dataclasses
     import json
 
-    from .model.counting import compare_counts, compare_method_counts, format_count_rows
+    from .methods.counts import compare_method_counts
+    from .model.counting import compare_counts, format_count_rows
 
     if args.method is not None:
         with usage_errors():
-            rows = compare_method_counts(args.backbone, args.method, args.rank, args.lora_targets, args.num_labels,
-                                         args.train_pooler)
-        shown = f", r={args.rank} on {args.lora_targets}" if args.method == "lora" else ""
+            own = {name: getattr(args, name) for name in methods.get(args.method).settings if hasattr(args, name)}
+            own.pop("train_pooler", None)
+            rows = compare_method_counts(args.backbone, args.method, args.num_labels, args.train_pooler, **own)
+        shown = "".join(f", {name}={value}" for name, value in own.items())
         print(json.dumps([dataclasses.asdict(row) | {"match": row.match} for row in rows], indent=2) if args.json
               else format_count_rows(f"{args.backbone}: {args.method}{shown}, {args.num_labels} labels", rows))
         if not all(row.match for row in rows):
@@ -491,7 +501,7 @@ def student_command(args) -> int:
 
 
 COMMANDS = {"doctor": doctor_command, "count": count_command, "train": train_command,
-            "evaluate": evaluate_command, "sweep": sweep_command, "ablate": ablate_command, "slides": slides_command,
+            "evaluate": evaluate_command, "sweep": sweep_command, "tune": tune_command, "ablate": ablate_command, "slides": slides_command,
             "student": student_command}
 
 

@@ -35,7 +35,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from .placement import AdapterConfig, add_adapters, adapted_outputs, make_adapter_config, trainable_summary
+from .placement import AdapterConfig, add_adapters, adapted_outputs, make_adapter_config
+from .trainable import trainable_summary
 from ..validation import check_positive_int
 
 if TYPE_CHECKING:  # transformers is imported where a model is built, so bad input is answered at once
@@ -178,40 +179,6 @@ def bert_lora_params(config: BertConfig, rank: int, targets: str = "query_value"
     shapes = lora_target_shapes(config.hidden_size, config.intermediate_size)
     per_layer = sum(lora_params(rank, *shapes[name]) for name in LORA_TARGET_SETS[targets])
     return config.num_hidden_layers * per_layer
-
-
-def bert_bias_params(config: BertConfig) -> int:
-    """Every bias BitFit trains in BertModel, the pooler's aside: per layer query, key, value and attention
-    output (4d), FFN in (i) and out (d), two LayerNorms (2d); plus the embeddings' LayerNorm (d):
-    ``L·(7d + i) + d``."""
-    d, i = config.hidden_size, config.intermediate_size
-    return config.num_hidden_layers * (7 * d + i) + d
-
-
-def method_counts(config: BertConfig, method: str, rank: int = 8, targets: str = "query_value",
-                  num_labels: int = 2, train_pooler: bool = False) -> dict:
-    """Closed-form counts for a BERT classifier trained with ``lora`` or ``bitfit`` (the trade-off figure
-    puts them beside the adapters).
-
-    Keys: ``adapters`` (the LoRA matrices; 0 for BitFit), ``biases`` (the backbone biases BitFit trains;
-    0 for LoRA), pooler, classifier, total_trainable (+ the pooler when train_pooler), backbone, and
-    percent_of_backbone. ``adapters``, pooler, classifier, total_trainable and backbone have the meaning
-    of :func:`count_model`'s keys, so the two can be compared.
-    """
-    check_positive_int("num_labels", num_labels)
-    if method not in ("lora", "bitfit"):
-        raise ValueError(f"method must be lora or bitfit (bert_counts counts the adapters); got {method!r}")
-    counts = {
-        "adapters": bert_lora_params(config, rank, targets) if method == "lora" else 0,
-        "biases": bert_bias_params(config) if method == "bitfit" else 0,
-        "pooler": pooler_params(config.hidden_size),
-        "classifier": classifier_params(config.hidden_size, num_labels),
-        "backbone": bert_backbone_params(config),
-    }
-    counts["total_trainable"] = (counts["adapters"] + counts["biases"] + counts["classifier"]
-                                 + (counts["pooler"] if train_pooler else 0))
-    counts["percent_of_backbone"] = 100.0 * counts["total_trainable"] / counts["backbone"]
-    return counts
 
 
 # --------------------------------------------------------------------------------------------------
@@ -415,40 +382,6 @@ def compare_counts(
         for key, item, formula in _row_labels(config, adapters, num_labels)
     ]
     return CountReport(name, config, adapters, num_labels, rows)
-
-
-def compare_method_counts(config: BertConfig | str, method: str, rank: int = 8, targets: str = "query_value",
-                          num_labels: int = 2, train_pooler: bool = False) -> list[CountRow]:
-    """LoRA or BitFit: the closed forms of :func:`method_counts` beside a count of the real model, prepared
-    with :func:`adapterlab.placement.apply_method` on the meta device (no weights allocated), one
-    :class:`CountRow` per item. ``config`` is a BertConfig or a name from NAMED_CONFIGS.
-    """
-    from transformers import BertForSequenceClassification
-
-    from .placement import apply_method, parameter_group
-
-    if isinstance(config, str):
-        config = backbone_config(config)
-    closed = method_counts(config, method, rank, targets, num_labels, train_pooler)
-    shape = copy.deepcopy(config)
-    shape.num_labels = num_labels
-    with torch.device("meta"):
-        model = apply_method(BertForSequenceClassification(shape), method, train_pooler=train_pooler,
-                             lora_rank=rank, lora_targets=targets)
-    counted = count_model(model)
-    counted["biases"] = sum(p.numel() for name, p in model.named_parameters()
-                            if p.requires_grad and parameter_group(model, name) in ("layernorm", "other"))
-    first = (("adapters", f"LoRA matrices ({targets})", "L·Σ r(d_in + d_out)") if method == "lora"
-             else ("biases", "biases (BitFit)", "L·(7d + i) + d"))
-    labels = [
-        first,
-        ("pooler", f"pooler ({_state(train_pooler)})", "d² + d"),
-        ("classifier", "classifier", f"d·n + n, n={num_labels}"),
-        ("total_trainable", "total trainable", f"{first[0]} + classifier" + (" + pooler" if train_pooler else "")),
-        ("backbone", "backbone", "BertModel, no classifier"),
-        ("percent_of_backbone", "trainable, % of backbone", "100·trainable / backbone"),
-    ]
-    return [CountRow(key, item, formula, closed[key], counted[key]) for key, item, formula in labels]
 
 
 def format_count_rows(header: str, rows: list[CountRow]) -> str:

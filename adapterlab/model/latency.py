@@ -38,7 +38,8 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from ..validation import check_positive_int
-from .fold import LoRALinear, fold_adapters
+from .fold import fold_adapters
+from .lora import LoRALinear
 from .placement import add_adapters, encoder_layers
 
 REFERENCE = "backbone"

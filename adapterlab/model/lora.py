@@ -17,13 +17,86 @@ Lab 10 (adapters among the PEFT methods) trains LoRA through :func:`adapterlab.p
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
+import torch
 from torch import nn
 
-from .fold import LoRALinear
-from .placement import PlacementError, adapted_outputs, encoder_layers, set_trainable
+from .placement import PlacementError, adapted_outputs, encoder_layers
+from .trainable import train_only
 from ..validation import check_bool, check_choice, check_number, check_positive_int
+
+class LoRALinear(nn.Module):
+    """A frozen ``nn.Linear`` plus a trainable rank-r update: ``base(x) + (alpha/r)·x Aᵀ Bᵀ``.
+
+    A (r × in) is Kaiming-uniform and B (out × r) is zero, as in LoRA and PEFT, so the layer starts
+    as exactly ``base``. ``alpha`` defaults to r (scaling 1). The base weights are frozen: LoRA
+    trains only A and B.
+
+    :meth:`merge` adds ``(alpha/r)·B A`` to ``base.weight`` (zero inference overhead, one task);
+    :meth:`unmerge` takes it back out (the update is still in A and B). Merging twice, or unmerging
+    a layer that is not merged, raises ``RuntimeError``: silently ignoring it would hide a bookkeeping
+    mistake, and adding the update twice would be a wrong model.
+    """
+
+    def __init__(self, base: nn.Linear, r: int, alpha: float | None = None):
+        super().__init__()
+        if not isinstance(base, nn.Linear):
+            raise TypeError(f"base must be an nn.Linear; got {type(base).__name__}")
+        self.r = check_positive_int("r", r)
+        alpha = float(r if alpha is None else alpha)
+        if not math.isfinite(alpha) or alpha <= 0:
+            raise ValueError(f"alpha must be a finite number > 0 (default r); got {alpha!r}")
+        self.alpha = alpha
+        self.base = base
+        for parameter in base.parameters():
+            parameter.requires_grad_(False)
+        factory = {"device": base.weight.device, "dtype": base.weight.dtype}
+        self.lora_A = nn.Parameter(torch.empty(r, base.in_features, **factory))
+        self.lora_B = nn.Parameter(torch.zeros(base.out_features, r, **factory))
+        nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))
+        self.merged = False
+
+    @property
+    def scaling(self) -> float:
+        return self.alpha / self.r
+
+    def delta_weight(self) -> torch.Tensor:
+        """The update ``(alpha/r)·B A`` (out × in), of rank ≤ r."""
+        return self.scaling * (self.lora_B @ self.lora_A)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.merged:
+            return self.base(x)
+        return self.base(x) + self.scaling * ((x @ self.lora_A.T) @ self.lora_B.T)
+
+    @torch.no_grad()
+    def merge(self) -> "LoRALinear":
+        """Fold the update into ``base.weight``; forward then runs the plain linear layer."""
+        if self.merged:
+            raise RuntimeError("this LoRALinear is already merged; call unmerge() before merging again")
+        self.base.weight += self.delta_weight()
+        self.merged = True
+        return self
+
+    @torch.no_grad()
+    def unmerge(self) -> "LoRALinear":
+        """Take the update back out of ``base.weight`` (exact up to rounding)."""
+        if not self.merged:
+            raise RuntimeError("this LoRALinear is not merged; there is nothing to unmerge")
+        self.base.weight -= self.delta_weight()
+        self.merged = False
+        return self
+
+    def extra_repr(self) -> str:
+        return f"r={self.r}, alpha={self.alpha:g}, merged={self.merged}"
+
+
+# --------------------------------------------------------------------------------------------------
+# A linear adapter is an affine map; a nonlinear one is not
+# --------------------------------------------------------------------------------------------------
+
 
 #: Where each target sits inside a BERT layer (``transformers``' BertLayer module names).
 LORA_TARGETS = {
@@ -120,7 +193,7 @@ def add_lora(model: nn.Module, rank: int = DEFAULT_LORA_RANK, alpha: float = DEF
         _replace(layer, path, module)
     object.__setattr__(model, LORA_ATTRIBUTE, config)
     object.__setattr__(model, _SAVED_FLAGS, requires_grad)
-    return set_trainable(model, "lora", train_pooler=train_pooler)
+    return train_only(model, lambda name, group: group == "adapters", train_pooler=train_pooler)
 
 
 def _take_out(model: nn.Module, merge: bool) -> nn.Module:

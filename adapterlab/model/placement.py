@@ -36,17 +36,9 @@ from torch import nn
 
 from .adapter import ACTIVATIONS, INIT_SCHEMES, PAPER_INIT_SCALE, BottleneckAdapter
 from ..validation import check_bool, check_choice, check_init_scale, check_positive_int
+from .trainable import train_only
 
 PLACEMENTS = ("houlsby", "pfeiffer", "parallel")
-FREEZE_METHODS = ("full", "head", "layernorm", "top_k", "bitfit")
-METHODS = PLACEMENTS + FREEZE_METHODS + ("lora",)
-#: apply_method's settings for method "lora" (the rest of the name is add_lora's argument).
-LORA_SETTINGS = ("lora_rank", "lora_alpha", "lora_targets")
-#: The trainable matrices of a LoRA layer (adapterlab.lora.LoRALinear): counted with the adapters, as
-#: modules added to the backbone.
-LORA_PARAMETERS = ("lora_A", "lora_B")
-#: Set on a model whose trainable parameters set_trainable chose for BitFit (a checkpoint saves them).
-BITFIT_ATTRIBUTE = "adapterlab_bitfit"
 #: He et al. (2021) scale the parallel adapter's output by s = 4.
 DEFAULT_PARALLEL_SCALE = 4.0
 #: Which sublayer outputs each placement adapts, and how.
@@ -306,7 +298,7 @@ def add_adapters(model: nn.Module, placement: "str | AdapterConfig" = "houlsby",
         _set_sublayer_output(layer, position, adapted)
     object.__setattr__(model, CONFIG_ATTRIBUTE, config.replace(layers=chosen))
     object.__setattr__(model, "_adapterlab_requires_grad", requires_grad)
-    set_trainable(model, "adapters", train_layernorm=config.train_layernorm, train_pooler=config.train_pooler)
+    train_only(model, adapters_train(config.train_layernorm), train_pooler=config.train_pooler)
     return model
 
 
@@ -371,157 +363,8 @@ def enabled_layers(model: nn.Module) -> list[int]:
     return sorted({index for index, _, adapted in adapted_outputs(model) if adapted.enabled})
 
 
-# --------------------------------------------------------------------------------------------------
-# What is trainable
-# --------------------------------------------------------------------------------------------------
-
-GROUPS = ("adapters", "layernorm", "pooler", "classifier", "other")
-
-
-def parameter_group(model: nn.Module, name: str) -> str:
-    """Which of GROUPS a named parameter belongs to (LoRA's A and B count as adapters: modules added to
-    the backbone)."""
-    parts = name.split(".")
-    if "adapter" in parts or parts[-1] in LORA_PARAMETERS:
-        return "adapters"
-    if "pooler" in parts:
-        return "pooler"
-    if parts[0] in ("classifier", "score", "qa_outputs"):
-        return "classifier"
-    module = model.get_submodule(".".join(parts[:-1]))
-    if isinstance(module, nn.LayerNorm):
-        return "layernorm"
-    return "other"
-
-
-def set_trainable(model: nn.Module, method: str, train_layernorm: bool = True, top_k: int | None = None,
-                  train_pooler: bool = False) -> nn.Module:
-    """Freeze the model, then unfreeze what ``method`` trains. Every method trains the new classifier;
-    the pretrained pooler trains only when ``train_pooler`` (or with ``full``): the original adapter-bert
-    code trains its ``adapters``, ``layer_norm`` and ``head`` collections and leaves the pooler frozen.
-
-    * ``adapters``: adapters, plus LayerNorms when train_layernorm (the paper trains them,
-      AdapterHub freezes them)
-    * ``full``: everything;  ``head``: the classifier;  ``layernorm``: every LayerNorm
-    * ``top_k``: the last top_k transformer layers
-    * ``bitfit``: every bias of the backbone (attention, FFN and LayerNorm biases), as in BitFit's own code
-    * ``lora``: the LoRA matrices that :func:`adapterlab.lora_model.add_lora` added
-    """
-    allowed = ("adapters",) + FREEZE_METHODS + ("lora",)
+def adapters_train(train_layernorm: bool):
+    """What an adapter set trains (besides the classifier and, if asked, the pooler): its adapters, and the
+    LayerNorms when ``train_layernorm`` (the paper trains them, AdapterHub freezes them)."""
     check_bool("train_layernorm", train_layernorm)
-    check_bool("train_pooler", train_pooler)
-    if method not in allowed:
-        raise PlacementError(f"method must be one of {', '.join(allowed)}; got {method!r}")
-    n_layers = len(encoder_layers(model))
-    if method == "top_k":
-        if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= n_layers:
-            raise PlacementError(f"top_k must be an integer in 1..{n_layers} for this model; got {top_k!r}")
-    if method == "adapters" and not adapted_outputs(model):
-        raise PlacementError("method 'adapters' needs adapters; call add_adapters first")
-    if method == "lora" and not any(name.rpartition(".")[2] in LORA_PARAMETERS for name, _ in model.named_parameters()):
-        raise PlacementError("method 'lora' needs LoRA layers; call adapterlab.lora_model.add_lora first")
-    top_prefixes = {f"encoder.layer.{i}." for i in range(n_layers - (top_k or 0), n_layers)}
-    for name, parameter in model.named_parameters():
-        group = parameter_group(model, name)
-        trainable = (
-            method == "full"
-            or group == "classifier"
-            or (group == "pooler" and train_pooler)
-            or (method == "adapters" and (group == "adapters" or (train_layernorm and group == "layernorm")))
-            or (method == "layernorm" and group == "layernorm")
-            or (method == "top_k" and any(f".{prefix}" in f".{name}" for prefix in top_prefixes))
-            or (method == "bitfit" and name.endswith(".bias") and group in ("layernorm", "other"))
-            or (method == "lora" and group == "adapters")
-        )
-        parameter.requires_grad_(trainable)
-    if method == "bitfit":
-        object.__setattr__(model, BITFIT_ATTRIBUTE, {"train_pooler": train_pooler})
-    elif hasattr(model, BITFIT_ATTRIBUTE):
-        object.__delattr__(model, BITFIT_ATTRIBUTE)
-    return model
-
-
-def bitfit_settings(model: nn.Module) -> dict | None:
-    """``{"train_pooler": ...}`` when set_trainable last made the model train BitFit's biases, else None."""
-    return getattr(model, BITFIT_ATTRIBUTE, None)
-
-
-def apply_method(model: nn.Module, method: str, *, top_k: int = 2, train_pooler: bool = False,
-                 **settings) -> nn.Module:
-    """Prepare a fresh model for any method the labs compare (one of METHODS); labs 6-9 train this way.
-
-    A placement gets adapters built from its preset with the adapter settings (the fields of
-    :class:`AdapterConfig`, as in :func:`add_adapters`); ``lora`` gets LoRA layers from ``lora_rank``,
-    ``lora_alpha`` and ``lora_targets`` (:func:`adapterlab.lora_model.add_lora`); the other methods take
-    only ``top_k`` and ``train_pooler``. Each method ignores the others' settings, so that one set of
-    arguments (``TrainConfig.method_kwargs()``) serves every method.
-    """
-    lora_settings = {name: settings.pop(name) for name in LORA_SETTINGS if name in settings}
-    if method in PLACEMENTS:
-        return add_adapters(model, method, train_pooler=train_pooler, **settings)
-    fields = [field.name for field in dataclasses.fields(AdapterConfig)]
-    unknown = sorted(set(settings) - set(fields))
-    if unknown:
-        raise TypeError(f"apply_method got unknown settings {unknown}; adapter settings are {', '.join(fields)}, "
-                        f"LoRA settings {', '.join(LORA_SETTINGS)}")
-    if method == "lora":
-        from .lora import add_lora  # lora_model builds on this module
-
-        return add_lora(model, **{name.removeprefix("lora_"): value for name, value in lora_settings.items()},
-                        train_pooler=train_pooler)
-    if method not in FREEZE_METHODS:
-        raise PlacementError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
-    return set_trainable(model, method, top_k=top_k if method == "top_k" else None, train_pooler=train_pooler)
-
-
-@dataclass
-class TrainableSummary:
-    """Trainable and frozen parameter counts per group, and the share of the backbone trained."""
-
-    trainable: dict
-    frozen: dict
-
-    @property
-    def total_trainable(self) -> int:
-        return sum(self.trainable.values())
-
-    @property
-    def total(self) -> int:
-        return self.total_trainable + sum(self.frozen.values())
-
-    @property
-    def backbone(self) -> int:
-        """The pretrained network: everything but the adapters and the task classifier."""
-        return sum(self.trainable[g] + self.frozen[g] for g in ("layernorm", "pooler", "other"))
-
-    @property
-    def percent_of_backbone(self) -> float:
-        return 100.0 * self.total_trainable / self.backbone
-
-    def as_dict(self) -> dict:
-        return {
-            "trainable": dict(self.trainable),
-            "frozen": dict(self.frozen),
-            "total_trainable": self.total_trainable,
-            "total": self.total,
-            "backbone": self.backbone,
-            "percent_of_backbone": self.percent_of_backbone,
-        }
-
-    def __str__(self) -> str:
-        lines = [f"{'group':<12}{'trainable':>14}{'frozen':>14}"]
-        for group in GROUPS:
-            lines.append(f"{group:<12}{self.trainable[group]:>14,}{self.frozen[group]:>14,}")
-        lines.append(f"{'total':<12}{self.total_trainable:>14,}{sum(self.frozen.values()):>14,}")
-        lines.append(f"trainable = {self.percent_of_backbone:.2f} % of the backbone ({self.backbone:,})")
-        return "\n".join(lines)
-
-
-def trainable_summary(model: nn.Module) -> TrainableSummary:
-    """Count trainable and frozen parameters by group (adapters, layernorm, pooler, classifier, other)."""
-    trainable = dict.fromkeys(GROUPS, 0)
-    frozen = dict.fromkeys(GROUPS, 0)
-    for name, parameter in model.named_parameters():
-        bucket = trainable if parameter.requires_grad else frozen
-        bucket[parameter_group(model, name)] += parameter.numel()
-    return TrainableSummary(trainable, frozen)
+    return lambda name, group: group == "adapters" or (train_layernorm and group == "layernorm")

@@ -55,7 +55,7 @@ def compute_ablation(task: str, config, eval_rows: int, *, backbone: str = "bert
     from ..training.backbones import load_backbone
     from ..training.data import get_task, load_split, majority_baseline, tokenize
     from ..training.evaluation import evaluate as evaluate_model
-    from ..training.loop import run_experiment
+    from ..training import run_experiment
 
     trainer = run_experiment if trainer is None else trainer
     load_args = {"backbone": backbone, "data_dir": data_dir, "max_train": max_train, "max_eval": max_eval,

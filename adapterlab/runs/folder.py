@@ -21,7 +21,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ..model.checkpoints import CONFIG_FILE, SAVED_METHODS, read_adapter_config
+from ..methods import saveable
+from ..methods.checkpoints import CONFIG_FILE, read_adapter_config
 
 METRICS_FILE = "metrics.json"
 #: How a run ended, as metrics.json's "status" records it.
@@ -138,9 +139,9 @@ def adapter_set_config(directory) -> dict:
         method = (report.get("config") or {}).get("method")
         if report.get("status") == "diverged":
             why = "training diverged, so no adapter set was saved; train again with a lower learning rate"
-        elif method not in SAVED_METHODS:
+        elif method not in saveable():
             why = (f"{method} trains the backbone's own weights, so only {METRICS_FILE} was saved (its metrics are "
-                   f"there); to evaluate a saved run, train with --method {' / '.join(SAVED_METHODS)}")
+                   f"there); to evaluate a saved run, train with --method {' / '.join(saveable())}")
         else:
             why = f"its {CONFIG_FILE} is missing, so the adapter set is incomplete; train it again"
         raise RunFolderError(f"{directory} holds a {describe_run(report)}: {why}")

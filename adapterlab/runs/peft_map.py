@@ -32,8 +32,11 @@ from torch import nn
 
 from ..model.latency import time_interleaved
 from ..model.fold import fold_adapters
-from ..model.placement import METHODS, adapter_config, apply_method, trainable_summary
-from ..training.loop import TrainConfig, train
+from .. import methods
+from ..methods import apply_method
+from ..model.placement import adapter_config
+from ..model.trainable import trainable_summary
+from ..training import TrainConfig, train
 
 #: The methods of the map, as (label, TrainConfig settings); those the installed package does not know are left out.
 MAP_METHODS = (
@@ -55,7 +58,7 @@ def map_configs(**common) -> dict[str, TrainConfig]:
     """label → TrainConfig for every method of :data:`MAP_METHODS` this package can train (lab 10)."""
     fields = {field.name for field in dataclasses.fields(TrainConfig)}
     return {label: TrainConfig(**settings, **common) for label, settings in MAP_METHODS
-            if settings["method"] in METHODS and set(settings) <= fields}
+            if settings["method"] in methods.REGISTRY and set(settings) <= fields}
 
 
 @dataclass
@@ -107,16 +110,15 @@ def merged(model: nn.Module) -> nn.Module | None:
     """A merged copy of a trained model with the backbone's architecture, or None where the method cannot
     be merged (a nonlinear or parallel adapter). A method that trains the backbone's own tensors is its own
     merged model."""
-    from ..model import lora  # added with LoRA as a training method
-
-    if lora_model.lora_config(model) is not None:
-        return lora_model.merge_lora(copy.deepcopy(model))
-    if adapter_config(model) is not None:
-        try:
-            return fold_adapters(copy.deepcopy(model))
-        except ValueError:  # a nonlinear (or parallel) adapter: no fixed matrix computes it
-            return None
-    return model
+    method = methods.registry.prepared_by(model)
+    if method is None:
+        return model
+    if method.merge is None:
+        return None
+    try:
+        return method.merge(copy.deepcopy(model))
+    except ValueError:  # a nonlinear (or parallel) adapter: no fixed matrix computes it
+        return None
 
 
 def checkpoint_bytes(model: nn.Module) -> int:

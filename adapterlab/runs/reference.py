@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from ..training.backbones import BERT_BASE, STANDIN, expected_backbone
 from .store import stored_runs, summarize
-from ..training.loop import TrainConfig
+from ..training import TrainConfig
 
 #: The settings every reference run shares (data/reference_runs/README.md): Houlsby adapters, r = 64,
 #: σ = 1e-2, 300 steps of batch 32, the method's default peak learning rate (1e-3 for adapters, 5e-5 for

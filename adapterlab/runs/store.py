@@ -36,28 +36,18 @@ from pathlib import Path
 import torch
 
 from ..training.backbones import expected_backbone
-from ..model.checkpoints import write_durably
+from ..methods.checkpoints import write_durably
 from ..training.data import Split, get_task, load_split
 from ..training.evaluation import pick_device
-from ..model.placement import METHODS, PLACEMENTS
+from .. import methods
+from ..training.config import settings as training_settings
+from ..training.experiment import load_splits
 from ..training.precision import RESOLVED, Choice, resolve
 from ..paths import DATA_DIR, PROJECT_ROOT
 
 STORE_ENV = "ADAPTERLAB_RUNS"
 DEFAULT_STORE = PROJECT_ROOT / "runs" / "store"
 REFERENCE_STORE = DATA_DIR / "reference_runs"
-#: Settings that do not change a run's numbers: how it is shown and where it runs. ``learning_rate`` is
-#: replaced by ``peak_learning_rate`` (None means the method's default rate).
-_NOT_IN_KEY = ("progress", "device", "learning_rate")
-#: Settings that only some methods read: a run's key holds them only for those methods, so that (say)
-#: full fine-tuning with bottleneck 8 and with bottleneck 64 are one run, and a setting added for a new
-#: method leaves every other method's keys as they were.
-_ADAPTER_SETTINGS = ("bottleneck", "activation", "init", "init_scale", "train_layernorm")
-_ONLY_FOR = {"top_k": ("top_k",), "train_pooler": tuple(m for m in METHODS if m != "full"),
-             **{name: PLACEMENTS for name in _ADAPTER_SETTINGS},
-             **{name: ("lora",) for name in ("lora_rank", "lora_alpha", "lora_targets")}}
-
-
 def data_fingerprint(*splits: Split) -> str:
     """A short hash of the exact rows (texts and labels, in order) of the given splits."""
     digest = hashlib.sha256()
@@ -67,30 +57,45 @@ def data_fingerprint(*splits: Split) -> str:
 
 
 def run_key(task: str, config, backbone: str, train_split: Split, eval_split: Split,
-            precision: str | None = None) -> dict:
+            precision: str | None = None, validation_split: Split | None = None) -> dict:
     """What decides a run's numbers, as plain JSON values (see the module docstring). ``precision`` is the one
-    the run trains in (default: ``config.precision``, which must then be resolved already)."""
+    the run trains in (default: ``config.precision``, which must then be resolved already).
+
+    The settings are those that change the numbers (:class:`adapterlab.settings.Setting` ``in_key``), the
+    peak learning rate in place of ``learning_rate`` (None means the method's default), and of the methods'
+    settings only those the run's method reads: full fine-tuning with bottleneck 8 and with 64 are one run,
+    and a setting added for a new method leaves every other method's keys as they were. A run selected on
+    a validation split carries the split's fingerprint."""
     precision = config.precision if precision is None else precision
     if precision not in RESOLVED:
         raise ValueError(f"a run's key needs the precision it trains in, fp32 or bf16, not {precision!r}: "
                          "resolve it first (adapterlab.precision.resolve or runstore.key_for)")
-    settings = config.as_dict()
-    for name in _NOT_IN_KEY:
-        settings.pop(name)
-    settings.pop("precision")  # at the top level of the key, resolved; runs from before bf16 keep their keys
-    for name, methods in _ONLY_FOR.items():
-        if config.method not in methods:
-            settings.pop(name)
-    return {
+    key = {
         "task": get_task(task).name,
         "backbone": backbone,
         "data": data_fingerprint(train_split, eval_split),
         "train_rows": len(train_split),
         "eval_rows": len(eval_split),
         "toy_data": train_split.is_toy or eval_split.is_toy,
-        "precision": precision,
-        "settings": settings,
+        "precision": precision,  # at the top level, resolved: runs from before bf16 keep their keys
+        "settings": key_settings(config),
     }
+    if validation_split is not None:
+        key["validation"] = {"data": data_fingerprint(validation_split), "rows": len(validation_split)}
+    return key
+
+
+def key_settings(config) -> dict:
+    """The settings part of a run's key (see :func:`run_key`)."""
+    reads = set(methods.get(config.method).settings)
+    own = {setting.name for setting in methods.registry.method_settings()}
+    settings = {"peak_learning_rate": config.peak_learning_rate}
+    for name, setting in training_settings().items():
+        value = getattr(config, name)
+        if setting.in_key and not (name in own and name not in reads) and (
+                setting.key_when_default or value != setting.default):
+            settings[name] = value
+    return settings
 
 
 def run_id(key: dict) -> str:
@@ -128,6 +133,8 @@ def make_record(key: dict, result) -> dict:
         "best_metric": result.best_metric,
         "best_step": result.best_step,
         "metrics": dict(result.metrics),
+        "selected_on": result.selected_on,
+        **({"validation_metric": result.validation_metric} if result.selected_on == "validation" else {}),
         "trained_parameters": result.trainable["total_trainable"],
         "percent_of_backbone": result.trainable["percent_of_backbone"],
         "examples_per_second": result.history.examples_per_second,
@@ -242,9 +249,10 @@ def key_for(task: str, config, *, backbone: str = "bert-base-uncased", data_dir=
     """The key of the run :func:`run_experiment` would train with these arguments; reads the data, and the
     backbone only to probe the precision "auto" once per machine (:func:`precision_for`)."""
     choice = precision_for(task, config, backbone=backbone, fallback=fallback, load=load)
-    return run_key(task, config, expected_backbone(backbone, fallback),
-                   load_split(task, "train", data_dir, max_examples=max_train, seed=config.seed),
-                   load_split(task, "dev", data_dir, max_examples=max_eval, seed=config.seed), choice.precision)
+    train_split, eval_split, validation_split = load_splits(task, data_dir, max_train, max_eval, config.seed,
+                                                            config.validation_rows)
+    return run_key(task, config, expected_backbone(backbone, fallback), train_split, eval_split, choice.precision,
+                   validation_split)
 
 
 def find(key: dict, stores: list[RunStore] | None = None) -> Lookup | None:
@@ -301,7 +309,7 @@ def run_or_load(task: str, config, *, backbone: str = "bert-base-uncased", data_
     probe (:func:`precision_for`), so that a caller holding the backbone loaded (the panel) lends it. The
     precision is resolved before the key is made; a run is stored under the precision it really trained in.
     """
-    from ..training.loop import TrainingDiverged, run_experiment
+    from ..training import TrainingDiverged, run_experiment
 
     trainer = run_experiment if trainer is None else trainer
     stores = default_stores() if stores is None else list(stores)
@@ -341,7 +349,7 @@ def _as_trained(key: dict, choice: Choice | None) -> dict:
 
 def history_of(record: dict):
     """The :class:`adapterlab.training.History` of a stored run, enough to draw its training figure."""
-    from ..training.loop import History
+    from ..training import History
 
     loss = list(record.get("loss") or [])
     return History(task=record["key"]["task"], metric=record["metric"], steps=list(range(1, len(loss) + 1)),

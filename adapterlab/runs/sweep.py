@@ -20,6 +20,7 @@ import itertools
 
 from tqdm.auto import tqdm
 
+from ..training.config import settings
 from .store import RunStore, run_or_load
 
 
@@ -34,37 +35,25 @@ def parse_shard(text: str) -> tuple[int, int]:
     return index, count
 
 
-def parse_grid_value(field: dataclasses.Field, text: str):
-    """One value of a ``--grid NAME=V1,V2`` option, converted to the TrainConfig field's type."""
-    kind = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", str(field.type))
-    if text.lower() == "none" and "None" in kind:
-        return None
-    if kind.startswith("bool"):
-        if text.lower() not in ("true", "false"):
-            raise ValueError(f"{field.name} takes true or false; got {text!r}")
-        return text.lower() == "true"
-    if kind.startswith("int"):
-        return int(text)
-    if kind.startswith("float"):
-        return float(text)
-    return text
-
-
-def parse_grid(options: list[str], config_class) -> dict[str, list]:
-    """``["bottleneck=2,8", "init_scale=1e-3,1e-2"]`` as ``{"bottleneck": [2, 8], ...}``, typed and checked."""
-    fields = {field.name: field for field in dataclasses.fields(config_class)}
+def parse_grid(options: list[str], config_class=None) -> dict[str, list]:
+    """``["bottleneck=2,8", "init_scale=1e-3,1e-2"]`` as ``{"bottleneck": [2, 8], ...}``, each value parsed and
+    checked by its declared setting (:mod:`adapterlab.settings`); the error names the option."""
+    declared = {name: setting for name, setting in settings().items() if name not in ("seed", "progress", "device")}
     grid: dict[str, list] = {}
     for option in options:
         name, _, values = option.partition("=")
         name = name.strip().replace("-", "_")
-        if name not in fields or name in ("seed", "progress", "device"):
-            settable = ", ".join(n for n in fields if n not in ("seed", "progress", "device"))
-            raise ValueError(f"--grid {option!r}: no training setting {name!r}; one of {settable} (seeds: --seeds)")
+        if name not in declared:
+            raise ValueError(f"--grid {option!r}: no training setting {name!r}; one of {', '.join(declared)} "
+                             "(seeds: --seeds)")
         if not values:
             raise ValueError(f"--grid {option!r} has no values: write {name}=V1,V2,...")
         if name in grid:
             raise ValueError(f"--grid names {name!r} twice: give all its values in one option")
-        grid[name] = [parse_grid_value(fields[name], value.strip()) for value in values.split(",")]
+        try:
+            grid[name] = [declared[name].parse(value.strip()) for value in values.split(",")]
+        except ValueError as error:
+            raise ValueError(f"--grid {option!r}: {error}") from None
     return grid
 
 

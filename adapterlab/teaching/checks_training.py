@@ -21,9 +21,11 @@ import numpy as np
 import torch
 
 from ..runs.ablation import span_ablation
-from ..model.checkpoints import load_adapter_set, save_adapter_set, saved_parameters
+from ..methods.checkpoints import load_adapter_set, save_adapter_set, saved_parameters
 from .checks import POOLER_STAYS_FROZEN, CheckFailed, _call, _close, _passed
-from ..model.placement import add_adapters, enabled_layers, parameter_group, set_adapters_enabled, set_trainable
+from ..methods.registry import set_trainable
+from ..model.placement import add_adapters, enabled_layers, set_adapters_enabled
+from ..model.trainable import parameter_group
 
 __all__ = ["CheckFailed", "check_training_step", "check_matthews", "check_span_ablation", "check_serving",
            "check_pareto_front"]

@@ -30,11 +30,11 @@ import ipywidgets as widgets
 from tqdm.auto import tqdm
 
 from .plots import display_data, training_figure
-from ..model.placement import PLACEMENTS
+from .. import methods
 from ..training.precision import check_precision
 from .profiles import current_profile
 from ..runs.store import default_stores, history_of, precision_for, run_or_load
-from ..training.loop import TrainConfig, load_experiment, run_experiment
+from ..training import TrainConfig, load_experiment, run_experiment
 
 #: The precision menu: fp32 first, the precision of the reference runs the panel reads.
 PRECISION_CHOICES = (
@@ -44,16 +44,18 @@ PRECISION_CHOICES = (
 )
 #: Bottleneck sizes the slider offers (powers of two, as in the paper's sweep up to 256).
 BOTTLENECKS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-#: The methods the placement menu offers: the three adapter placements, LoRA and BitFit beside them, and
-#: the head alone. For LoRA the r slider sets its rank.
-CHOICES = (
-    ("Houlsby: 2 adapters per layer", "houlsby"),
-    ("Pfeiffer: 1 adapter per layer (FFN)", "pfeiffer"),
-    ("parallel: beside the FFN, scale 4", "parallel"),
-    ("LoRA: rank r on query and value", "lora"),
-    ("BitFit: biases only", "bitfit"),
-    ("head only: no adapters", "head"),
-)
+#: The settings the r slider sets: an adapter's bottleneck, LoRA's rank.
+SIZE_SETTINGS = ("bottleneck", "lora_rank")
+
+
+def method_choices() -> list[tuple[str, str]]:
+    """The methods the placement menu offers: every registered method that adds something small or trains
+    little (full fine-tuning and the top-k layers train too long for a panel run), with its label."""
+    return [(method.label, method.name) for method in methods.REGISTRY.values() if method.name not in ("full", "top_k")]
+
+
+def _reads(method: str, setting: str) -> bool:
+    return setting in methods.get(method).settings
 
 
 class TrainingPanel:
@@ -98,7 +100,7 @@ class TrainingPanel:
 
         look = dict(style={"description_width": "8em"}, layout={"width": "26em"})
         slider = dict(look, continuous_update=False)
-        self.placement = widgets.Dropdown(options=CHOICES, value="houlsby", description="placement", **look)
+        self.placement = widgets.Dropdown(options=method_choices(), value="houlsby", description="placement", **look)
         self.bottleneck = widgets.SelectionSlider(options=BOTTLENECKS, value=64, description="bottleneck r", **slider)
         self.init_scale = widgets.FloatLogSlider(
             value=1e-2, base=10, min=-7, max=0, step=0.5, readout_format=".0e", description="init scale σ", **slider
@@ -133,17 +135,16 @@ class TrainingPanel:
         return self.widget._repr_mimebundle_(**kwargs)
 
     def _placement_changed(self, change) -> None:
-        # Head-only training and BitFit have no adapters: r and σ mean nothing there; LoRA reads r as its rank.
-        self.bottleneck.disabled = change["new"] not in PLACEMENTS + ("lora",)
-        self.init_scale.disabled = change["new"] not in PLACEMENTS
+        # A method without a size or an init scale (the head alone, BitFit) leaves those controls off.
+        self.bottleneck.disabled = not any(_reads(change["new"], name) for name in SIZE_SETTINGS)
+        self.init_scale.disabled = not _reads(change["new"], "init_scale")
 
     def settings(self) -> TrainConfig:
         """The TrainConfig the controls describe now."""
         return dataclasses.replace(
             self.config,
             method=self.placement.value,
-            bottleneck=self.bottleneck.value,
-            lora_rank=self.bottleneck.value if self.placement.value == "lora" else self.config.lora_rank,
+            **{name: self.bottleneck.value for name in SIZE_SETTINGS if _reads(self.placement.value, name)},
             init_scale=self.init_scale.value,
             learning_rate=self.learning_rate.value,
             max_steps=self.steps.value,
@@ -254,12 +255,12 @@ class TrainingPanel:
         return next((row for row in self.runs if row["key"] == key and row["value"] is not None), None)
 
     def _row(self, config: TrainConfig, record: dict, stored: bool = False) -> dict:
-        adapters = config.method in PLACEMENTS
+        size = next((getattr(config, name) for name in SIZE_SETTINGS if _reads(config.method, name)), None)
         row = {
             "run": len(self.runs) + 1,
             "placement": config.method,
-            "bottleneck": config.bottleneck if adapters else config.lora_rank if config.method == "lora" else None,
-            "init_scale": config.init_scale if adapters else None,
+            "bottleneck": size,
+            "init_scale": config.init_scale if _reads(config.method, "init_scale") else None,
             "learning_rate": config.learning_rate,
             "steps": config.max_steps,
             "precision": record["key"]["precision"] if "key" in record else record["precision"],

@@ -16,6 +16,8 @@ import plotly.io as pio
 import torch
 
 from ..model.adapter import ORIGINAL_CODE_INIT_SCALE, PAPER_INIT_SCALE, make_activation
+from ..runs.reference import SeedRow
+from ..runs.tradeoff import Point
 
 TEMPLATE = "plotly_white"
 COLORS = {"frozen": "#d9d9d9", "adapter": "#f28e2b", "layernorm": "#a0c4e8", "head": "#59a14f", "io": "#ffffff"}
@@ -468,3 +470,62 @@ def overhead_figure(results: list, title: str) -> go.Figure:
                     hovertemplate="%{x}: %{y:+.1f} %<br>median %{customdata[0]:.2f} ms<extra></extra>")
     fig.update_layout(barmode="group")
     return _layout(fig, title, "model", "time over the backbone alone (%, paired median)")
+
+
+# ---------------------------------------------------------------- the trade-off figures (lab 10)
+
+
+def tradeoff_figure(points: list[Point], title: str, baseline: tuple[str, float] | None = None,
+                    note: str = "") -> go.Figure:
+    """The dev metric (mean ± sample std over seeds, each seed a faint dot) against trained parameters (log),
+    one trace per family; points without stored runs are left out (lab 10)."""
+    shown = [p for p in points if p.row.n]
+    metric = next((p.row.metric for p in shown if p.row.metric), "accuracy")
+    fig = go.Figure()
+    for (family, color) in zip(dict.fromkeys(p.family for p in points), LINE_COLORS * 2):
+        members = sorted((p for p in shown if p.family == family), key=lambda p: p.trained)
+        if not members:
+            continue
+        fig.add_scatter(
+            x=[p.trained for p in members], y=[p.row.mean for p in members], name=family,
+            mode="lines+markers" if len(members) > 1 else "markers", marker=dict(size=10, color=color),
+            line=dict(color=color), text=[str(p.label) for p in members],
+            error_y=dict(type="data", array=[0.0 if p.row.n < 2 else p.row.std for p in members], visible=True),
+            hovertemplate="%{text}: %{y:.3f}<br>%{x:,} trained parameters<extra></extra>")
+        seeds = [(p.trained, value) for p in members for value in p.row.values]
+        fig.add_scatter(x=[x for x, _ in seeds], y=[y for _, y in seeds], mode="markers", showlegend=False,
+                        marker=dict(size=5, color=color, opacity=0.35), hoverinfo="skip")
+    if baseline is not None:
+        fig.add_hline(y=baseline[1], line_dash="dot", line_color="gray", annotation_text=baseline[0],
+                      annotation_position="bottom right")
+    if note:
+        fig.add_annotation(text=note, xref="paper", yref="paper", x=0, y=-0.28, showarrow=False, align="left",
+                           font=dict(size=11))
+    fig = _layout(fig, title, "trained parameters (log)", METRIC_AXES.get(metric, metric), log_x=True)
+    fig.update_layout(height=520, margin=dict(b=120) if note else None)
+    return fig
+
+
+def curve_figure(curves: dict[str, list[tuple[float, SeedRow]]], title: str, x_title: str,
+                 mark: tuple[float, SeedRow] | None = None) -> go.Figure:
+    """Mean ± spread against one setting on a log axis, one line per curve (label → [(x, row)]), each seed a
+    faint dot; ``mark`` (x, row), e.g. the knee, is circled. Rows without stored runs are left out (lab 10)."""
+    fig = go.Figure()
+    ticks, metric = set(), "accuracy"
+    for (label, pairs), color in zip(curves.items(), LINE_COLORS * 2):
+        done = [(x, row) for x, row in pairs if row.n]
+        ticks |= {x for x, _ in done}
+        metric = next((row.metric for _, row in done if row.metric), metric)
+        fig.add_scatter(x=[x for x, _ in done], y=[row.mean for _, row in done], mode="lines+markers", name=label,
+                        error_y=dict(type="data", array=[0.0 if row.n < 2 else row.std for _, row in done],
+                                     visible=True), marker=dict(size=10, color=color), line=dict(color=color))
+        seeds = [(x, value) for x, row in done for value in row.values]
+        fig.add_scatter(x=[x for x, _ in seeds], y=[y for _, y in seeds], mode="markers", showlegend=False,
+                        marker=dict(size=5, color=color, opacity=0.35), hoverinfo="skip")
+    if mark is not None:
+        fig.add_scatter(x=[mark[0]], y=[mark[1].mean], mode="markers", name=f"knee: {mark[1].label}",
+                        marker=dict(size=24, color="rgba(0,0,0,0)", line=dict(width=3, color=LINE_COLORS[3])))
+    fig = _layout(fig, title, x_title, METRIC_AXES.get(metric, metric), log_x=True)
+    if ticks:
+        fig.update_xaxes(tickvals=sorted(ticks))
+    return fig

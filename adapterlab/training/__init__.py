@@ -4,25 +4,31 @@
   test models (lab 0, every training lab);
 * :mod:`.data` — GLUE tasks, loading, the validation split, tokenising, length-grouped batches (lab 6);
 * :mod:`.precision` — fp32 or bf16 autocast, and the probe that decides "auto" (lab 0);
-* :mod:`.loop` — :class:`TrainConfig`, ``configure_optimizer``, ``train_step`` and ``train`` (lab 6);
+* :mod:`.config` — :class:`TrainConfig`, built from the declared settings (:mod:`adapterlab.settings`);
+* :mod:`.loop` — ``configure_optimizer``, ``train_step`` and ``train`` (lab 6);
 * :mod:`.evaluation` — metrics over a split (labs 6-8);
 * :mod:`.experiment` — one experiment: load, prepare the method, train (labs 6-10).
 
 The names the old ``adapterlab.training`` module had are importable from here.
 """
 
-from .evaluation import evaluate
+from .config import TrainConfig
+from .evaluation import evaluate, pick_device
+from .experiment import load_experiment, run_experiment
 from .loop import (
     DEFAULT_LEARNING_RATES,
+    DIVERGENCE_FACTOR,
+    DIVERGENCE_STEPS,
     History,
-    TrainConfig,
     TrainingDiverged,
     TrainResult,
     check_divergence,
+    configure_optimizer,
     train,
+    train_step,
     warmup_steps,
 )
-from .loop import load_experiment, run_experiment
 
-__all__ = ["evaluate", "DEFAULT_LEARNING_RATES", "History", "TrainConfig", "TrainingDiverged", "TrainResult",
-           "check_divergence", "train", "warmup_steps", "load_experiment", "run_experiment"]
+__all__ = ["TrainConfig", "evaluate", "pick_device", "load_experiment", "run_experiment", "DEFAULT_LEARNING_RATES",
+           "DIVERGENCE_FACTOR", "DIVERGENCE_STEPS", "History", "TrainingDiverged", "TrainResult", "check_divergence",
+           "configure_optimizer", "train", "train_step", "warmup_steps"]

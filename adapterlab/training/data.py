@@ -21,6 +21,7 @@ shuffling the batches) so that padding all but disappears while the order stays 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import hashlib
 import itertools
@@ -337,13 +338,40 @@ def load_split(
         texts, labels = read_glue_tsv(path, spec)
         loaded = Split(spec, split, texts, labels, f"TOY DATA ({_relative(path)})", is_toy=True)
 
-    if max_examples is not None and max_examples < len(loaded):
-        keep = stratified_indices(loaded.labels, max_examples, seed)
-        loaded.total_rows = len(loaded)
-        loaded.subset = f"stratified, seed {seed}"
-        loaded.texts = [loaded.texts[i] for i in keep]
-        loaded.labels = [loaded.labels[i] for i in keep]
-    return loaded
+    return take_subset(loaded, max_examples, seed)
+
+
+def take_subset(split: Split, max_examples: int | None, seed: int = 0) -> Split:
+    """A seeded, label-stratified subset of ``max_examples`` rows (the split itself when it has no more)."""
+    if max_examples is None or max_examples >= len(split):
+        return split
+    keep = stratified_indices(split.labels, max_examples, seed)
+    return dataclasses.replace(split, texts=[split.texts[i] for i in keep], labels=[split.labels[i] for i in keep],
+                               total_rows=split.total_rows or len(split),
+                               subset=", ".join(filter(None, (split.subset, f"stratified, seed {seed}"))))
+
+
+#: The validation rows are carved with this seed whatever the run's seed (the paper's arXiv number), so
+#: every run of a task — every method, learning rate and seed — is selected on the same rows.
+VALIDATION_SEED = 1902
+
+
+def carve_validation(train: Split, rows: int) -> tuple[Split, Split]:
+    """Split a task's training rows in two: ``rows`` label-stratified rows to select on (the validation
+    split, fixed by :data:`VALIDATION_SEED`) and the rest to train on, disjoint. Model selection — the step
+    to keep, the learning rate — reads validation, so the dev set can report a score nothing chose."""
+    rows = check_positive_int("validation_rows", rows)
+    if train.split != "train" or train.total_rows is not None:
+        raise ValueError("carve the validation rows out of a task's whole training split")
+    if rows >= len(train):
+        raise ValueError(f"validation_rows must be below the {len(train):,} training rows; got {rows:,}")
+    held = set(stratified_indices(train.labels, rows, VALIDATION_SEED))
+    def part(name, keep, subset):
+        return dataclasses.replace(train, split=name, texts=[x for i, x in enumerate(train.texts) if keep(i)],
+                                   labels=[y for i, y in enumerate(train.labels) if keep(i)],
+                                   total_rows=len(train), subset=subset)
+    return (part("train", lambda i: i not in held, f"the {rows:,} validation rows held out"),
+            part("validation", lambda i: i in held, f"held out of train, seed {VALIDATION_SEED}"))
 
 
 def stratified_indices(labels, size: int, seed: int = 0) -> list[int]:

@@ -126,13 +126,13 @@ def probe(model, device: torch.device | None = None, timer=time_step) -> float:
     the two precisions taking turns so that a change in the machine's load hits both; 0 where bf16 autocast
     fails on this device. ``timer(model, batch, precision, device)`` times one step; the model, its
     gradients and the random number generators are left as they were."""
-    from ..model.placement import apply_method
+    from ..model.placement import add_adapters
 
     device = torch.device("cpu") if device is None else device
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         trial = copy.deepcopy(model)
         if all(parameter.requires_grad for parameter in trial.parameters()):  # not yet prepared for a method
-            apply_method(trial, "houlsby", bottleneck=64)
+            add_adapters(trial, "houlsby", bottleneck=64)
         trial.to(device).train()
         batch = probe_batch(trial, device)
         times = {precision: [] for precision in RESOLVED}

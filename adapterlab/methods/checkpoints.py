@@ -51,24 +51,10 @@ import safetensors.torch
 import torch
 from torch import nn
 
-from .lora import LoRAConfig, add_lora, lora_config, remove_lora
-from .placement import (
-    BITFIT_ATTRIBUTE,
-    PLACEMENTS,
-    AdapterConfig,
-    PlacementError,
-    add_adapters,
-    adapter_config,
-    bitfit_settings,
-    encoder_layers,
-    parameter_group,
-    remove_adapters,
-    set_trainable,
-)
+from ..model.placement import PlacementError, encoder_layers
+from ..model.trainable import parameter_group
+from .registry import SavedSet, saveable, saved_sets
 
-#: The methods whose trained tensors a set holds: the adapter placements, LoRA and BitFit (the others train
-#: the backbone's own weights wholesale, and a run of them saves its metrics only).
-SAVED_METHODS = PLACEMENTS + ("lora", "bitfit")
 TENSORS_FILE = "adapters.safetensors"
 CONFIG_FILE = "adapter_config.json"
 FORMAT = "adapterlab-adapter-set"
@@ -84,43 +70,38 @@ class CheckpointError(ValueError):
     """An adapter set cannot be saved or loaded; the message names the file and what is wrong."""
 
 
+def _present(model: nn.Module) -> list[tuple[SavedSet, dict]]:
+    """The saved-set kinds the model is prepared for, each with its manifest entry."""
+    found = ((kind, kind.describe(model)) for kind in saved_sets())
+    return [(kind, entry) for kind, entry in found if entry is not None]
+
+
 def _method_entry(model: nn.Module) -> dict:
     """The manifest entries that say which method the model's set belongs to and how to rebuild it."""
-    config = adapter_config(model)
-    if config is not None:
-        return {"adapter": config.as_dict()}
-    lora = lora_config(model)
-    if lora is not None:
-        return {"method": "lora", "lora": lora.as_dict()}
-    bitfit = bitfit_settings(model)
-    if bitfit is not None:
-        return {"method": "bitfit", "bitfit": dict(bitfit)}
-    raise CheckpointError("this model has no adapters, LoRA layers or BitFit biases to save: add adapters "
-                          "(adapterlab.add_adapters(model, ...)) or prepare it with apply_method(model, 'lora') or "
-                          "apply_method(model, 'bitfit') first")
+    present = _present(model)
+    if not present:
+        raise CheckpointError("this model has nothing a saved set holds: prepare it with apply_method(model, METHOD) "
+                              f"for one of {', '.join(saveable())} first")
+    kind, entry = present[0]
+    return {kind.entry: entry} if kind.format is None else {"method": kind.format, kind.entry: entry}
+
+
+def _kind_of(manifest: dict) -> SavedSet:
+    method = manifest.get("method")
+    for kind in saved_sets():
+        if kind.format == method:
+            return kind
+    raise ValueError(method)
 
 
 def saved_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
-    """The parameters an adapter set holds: adapters, classifier, and the LayerNorms and pooler if trained
-    (for LoRA its matrices, for BitFit the backbone's biases, in place of the adapters).
-
-    Lab 9 compares them before and after training a second task.
-    """
+    """The parameters a saved set holds: what the method trains — adapters, LoRA matrices, BitFit's biases,
+    ... —, the classifier, and the LayerNorms and pooler where they train. Lab 9 compares them before and
+    after training a second task."""
     entry = _method_entry(model)
-    if "adapter" in entry:
-        config = adapter_config(model)
-        groups = {"adapters", "classifier"} | ({"layernorm"} if config.train_layernorm else set())
-    else:
-        groups = {"adapters", "classifier"} if entry["method"] == "lora" else {"classifier"}
-    settings = entry.get("adapter") or entry.get("lora") or entry["bitfit"]
-    groups |= {"pooler"} if settings["train_pooler"] else set()
-    bitfit = entry.get("method") == "bitfit"
-
-    def saved(name: str) -> bool:
-        group = parameter_group(model, name)
-        return group in groups or (bitfit and name.endswith(".bias") and group in ("layernorm", "other"))
-
-    return {name: p for name, p in model.named_parameters() if saved(name)}
+    kind = _kind_of(entry)
+    settings = entry[kind.entry]
+    return {name: p for name, p in model.named_parameters() if kind.holds(settings, name, parameter_group(model, name))}
 
 
 def _backbone_shape(model: nn.Module) -> dict:
@@ -289,10 +270,13 @@ def read_adapter_config(directory) -> dict:
             "bottleneck or layers), so it is refused. Undo the edit, or build the adapters you want and save "
             "them again"
         )
-    method = manifest.get("method", "adapters")
-    if method not in ("adapters", "lora", "bitfit"):
-        raise CheckpointError(f"{path} is malformed: its method {method!r} is not lora or bitfit (adapter sets name none)")
-    required = {"adapter" if method == "adapters" else method: dict, "backbone": dict, "sha256": str}
+    try:
+        kind = _kind_of(manifest)
+    except ValueError:
+        named = [k.format for k in saved_sets() if k.format is not None]
+        raise CheckpointError(f"{path} is malformed: its method {manifest.get('method')!r} is not one of "
+                              f"{', '.join(named)} (adapter sets name none)") from None
+    required = {kind.entry: dict, "backbone": dict, "sha256": str}
     for key, kind in required.items():
         if not isinstance(manifest.get(key), kind):
             raise CheckpointError(f"{path} is malformed: {key!r} is missing or not a {kind.__name__}")
@@ -342,69 +326,38 @@ def _read_tensors(directory: Path, manifest: dict) -> dict[str, torch.Tensor]:
     return tensors
 
 
-def _saved_setup(manifest: dict, path: Path):
-    """What the manifest rebuilds: an AdapterConfig, a LoRAConfig, or BitFit's ``{"train_pooler": ...}``."""
-    method = manifest.get("method", "adapters")
+def _saved_setup(manifest: dict, path: Path) -> tuple[SavedSet, dict]:
+    """The saved-set kind the manifest names, and its entry, checked."""
+    kind = _kind_of(manifest)
     try:
-        if method == "adapters":
-            return AdapterConfig.from_dict(manifest["adapter"], what=f"{path}'s adapter entry")
-        if method == "lora":
-            return LoRAConfig.from_dict(manifest["lora"])
-        if set(manifest["bitfit"]) != {"train_pooler"} or not isinstance(manifest["bitfit"]["train_pooler"], bool):
-            raise ValueError(f"the bitfit entry must be {{'train_pooler': true or false}}; got {manifest['bitfit']!r}")
-        return dict(manifest["bitfit"])
-    except (ValueError, TypeError) as error:
-        what = "adapter" if method == "adapters" else method
-        raise CheckpointError(f"{path}: its {what} config cannot be applied to this model: {error}") from error
+        return kind, kind.check(manifest[kind.entry])
+    except (ValueError, TypeError, PlacementError) as error:
+        raise CheckpointError(f"{path}: its {kind.entry} config cannot be applied to this model: {error}") from error
 
 
 def _differences(here: dict, there: dict) -> str:
-    return ", ".join(f"{k}: model {here[k]!r}, file {there[k]!r}" for k in here if here[k] != there[k])
+    return ", ".join(f"{k}: model {here[k]!r}, file {there[k]!r}" for k in here if here.get(k) != there.get(k))
 
 
-def _prepare(model: nn.Module, saved, config_path: Path):
-    """Give the model the adapters or LoRA layers the set needs (or BitFit's trainable biases), unless it
-    has them already; return what undoes that (None when nothing was done)."""
-    adapters, lora = adapter_config(model), lora_config(model)
-    if isinstance(saved, AdapterConfig):
-        current, add, remove, kind = adapters, add_adapters, remove_adapters, "adapters"
-        other = "LoRA layers" if lora is not None else None
-    elif isinstance(saved, LoRAConfig):
-        current, remove, kind = lora, remove_lora, "LoRA layers"
-        other = "adapters" if adapters is not None else None
-        add = lambda model, config: add_lora(model, **config.as_dict())  # noqa: E731
-    else:
-        other = "adapters" if adapters is not None else "LoRA layers" if lora is not None else None
-        if other:
-            raise CheckpointError(f"{config_path} holds a BitFit set but the model has {other}; load it into a fresh "
-                                  "backbone")
-        flags = {name: p.requires_grad for name, p in model.named_parameters()}
-        before = bitfit_settings(model)
-        set_trainable(model, "bitfit", train_pooler=saved["train_pooler"])
-
-        def undo():
-            for name, parameter in model.named_parameters():
-                parameter.requires_grad_(flags[name])
-            if before is None:
-                object.__delattr__(model, BITFIT_ATTRIBUTE)
-            else:
-                object.__setattr__(model, BITFIT_ATTRIBUTE, before)
-
-        return undo
-    if other:
-        raise CheckpointError(f"{config_path} holds {kind} but the model has {other}; load it into a fresh backbone")
-    if current is not None:
-        if current != saved:
-            raise CheckpointError(
-                f"{config_path}: the model already has {kind} with another config "
-                f"({_differences(current.as_dict(), saved.as_dict())}); remove them first or load into a fresh backbone"
-            )
-        return None
+def _prepare(model: nn.Module, saved: tuple[SavedSet, dict], config_path: Path):
+    """Give the model the structure the set needs (adapters, LoRA layers, BitFit's trainable biases, ...),
+    unless it has it already; return what undoes that (None when nothing was done)."""
+    kind, entry = saved
+    present = dict((k.entry, (k, e)) for k, e in _present(model))
+    others = [k for name, (k, _) in present.items() if name != kind.entry]
+    if others:
+        raise CheckpointError(f"{config_path} holds {kind.kind} but the model has {others[0].kind}; load it into a "
+                              "fresh backbone")
+    if kind.entry in present:
+        current = present[kind.entry][1]
+        if current == entry:
+            return None
+        raise CheckpointError(f"{config_path}: the model already has {kind.kind} with another config "
+                              f"({_differences(current, entry)}); remove them first or load into a fresh backbone")
     try:
-        add(model, saved)
+        return kind.rebuild(model, entry)
     except (PlacementError, ValueError, TypeError) as error:
-        raise CheckpointError(f"{config_path}: its {kind} config cannot be applied to this model: {error}") from error
-    return lambda: remove(model)
+        raise CheckpointError(f"{config_path}: its {kind.entry} config cannot be applied to this model: {error}") from error
 
 
 def _some(names: list[str], shown: int = 5) -> str:

@@ -1,0 +1,123 @@
+"""The tuning protocol: selection on validation rows that never train, each method's own rate, a grid
+that grows past a winning edge, shared rates, and shards that split the runs without overlap."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from adapterlab.runs import tuning
+from adapterlab.runs.store import RunStore
+from adapterlab.runs.tuning import POINTS, PROTOCOLS, Point, Protocol, owner, plan, select, tuned_rows
+from adapterlab.training.backbones import TINY
+from adapterlab.training.data import carve_validation, load_split
+from adapterlab.training.experiment import load_splits
+
+
+@pytest.fixture(autouse=True)
+def toy_data_only(monkeypatch):
+    monkeypatch.delenv("ADAPTERLAB_DATA", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def fake_lookup(score_of):
+    """A store that holds every run, with validation score ``score_of(config)``."""
+    return lambda config: {"validation_metric": score_of(config), "best_metric": 0.5, "status": "complete"}
+
+
+PROTOCOL = PROTOCOLS["sst2"]
+
+
+def test_the_validation_rows_are_disjoint_from_training_and_the_same_for_every_seed():
+    train = load_split("sst2", "train")
+    rest, validation = carve_validation(train, 40)
+    assert len(validation) == 40 and len(rest) == len(train) - 40
+    assert not set(rest.texts) & set(validation.texts) or len(set(train.texts)) < len(train.texts)
+    pairs = lambda split: sorted(zip(split.texts, split.labels))  # noqa: E731
+    assert sorted(pairs(rest) + pairs(validation)) == pairs(train)
+    _, _, v0 = load_splits("sst2", None, 100, None, seed=0, validation_rows=40)
+    t1, _, v1 = load_splits("sst2", None, 100, None, seed=1, validation_rows=40)
+    assert v0.texts == v1.texts == validation.texts
+    assert not set(t1.texts) & set(v1.texts) - set(rest.texts)
+    assert len(t1) == 100 and set(t1.texts) <= set(rest.texts)
+    with pytest.raises(ValueError, match="below"):
+        carve_validation(train, len(train))
+
+
+def test_the_rate_with_the_best_validation_score_is_selected_not_the_best_dev_score():
+    point = Point("BitFit", "bitfit")
+    # dev (best_metric) would pick 1e-2; validation picks 3e-3.
+    lookup = lambda c: {"validation_metric": {1e-3: 0.7, 3e-3: 0.8, 1e-2: 0.75}[c.learning_rate],  # noqa: E731
+                        "best_metric": c.learning_rate, "status": "complete"}
+    selection, needed = select(point, PROTOCOL, lookup)
+    assert needed == [] and selection.rate == 3e-3 and not selection.at_edge
+
+
+def test_a_grid_whose_edge_wins_grows_past_it_and_says_when_it_stops():
+    point = Point("BitFit", "bitfit")
+    rising = fake_lookup(lambda c: c.learning_rate)  # the larger the better, forever
+    selection, _ = select(point, PROTOCOL, rising)
+    assert len(selection.grid) == 3 + tuning.MAX_EXTENSIONS and selection.rate == max(selection.grid)
+    assert selection.at_edge and max(selection.grid) > 1e-2
+    falling = fake_lookup(lambda c: -c.learning_rate)
+    assert min(select(point, PROTOCOL, falling)[0].grid) < 1e-3
+
+
+def test_a_missing_seed_zero_run_is_what_the_selection_asks_for():
+    point = Point("head only", "head")
+    lookup = lambda c: None if c.learning_rate == 3e-3 else {"validation_metric": 0.5, "status": "complete"}  # noqa
+    selection, needed = select(point, PROTOCOL, lookup)
+    assert selection.rate is None and [c.learning_rate for c in needed] == [3e-3]
+    assert needed[0].seed == 0 and needed[0].validation_rows == PROTOCOL.validation_rows
+
+
+def test_shared_points_wait_for_their_source_then_take_its_rate():
+    points = (Point("Houlsby r=64", "houlsby", (("bottleneck", 64),)),
+              Point("Houlsby r=8", "houlsby", (("bottleneck", 8),), "Houlsby r=64"))
+    store = {}
+    key = lambda c: (c.bottleneck, c.learning_rate, c.seed)  # noqa: E731
+    lookup = lambda c: store.get(key(c))  # noqa: E731
+    ready, waiting, _ = plan(PROTOCOL, lookup, points)
+    assert {c.bottleneck for c in ready} == {64} and len(waiting) == 2
+    for config in ready:
+        store[key(config)] = {"validation_metric": -abs(math.log10(config.learning_rate) + 3), "status": "complete"}
+    ready, waiting, selections = plan(PROTOCOL, lookup, points)
+    assert selections["Houlsby r=64"].rate == 1e-3 and not waiting
+    assert sorted((c.bottleneck, c.seed) for c in ready) == [(8, 0), (8, 1), (8, 2), (64, 1), (64, 2)]
+    assert {c.learning_rate for c in ready} == {1e-3}
+
+
+def test_every_run_has_exactly_one_owner_shard():
+    ready, _, _ = plan(PROTOCOL, lambda config: None, POINTS)
+    for count in (1, 2, 3):
+        owners = [owner(config, count) for config in ready]
+        assert set(owners) <= set(range(1, count + 1))
+    assert {owner(c, 2) for c in ready} == {1, 2}
+
+
+def test_lora_points_keep_alpha_over_r_fixed():
+    for point in POINTS:
+        if point.method == "lora":
+            settings = dict(point.settings)
+            assert settings["lora_alpha"] / settings["lora_rank"] == 2.0
+
+
+def test_a_small_protocol_trains_each_run_once_and_the_table_reports_dev_at_the_selected_rate(monkeypatch, tmp_path):
+    monkeypatch.setitem(PROTOCOLS, "sst2", Protocol("sst2", validation_rows=40, max_train=64, epochs=1.0, eval_every=2))
+    points = (Point("head only", "head"), Point("BitFit", "bitfit"))
+    store = RunStore(tmp_path / "store")
+    tuning.run_protocol("sst2", stores=[store], backbone=TINY, points=points, poll_seconds=0.01, log=lambda *a: None)
+    trained = len(store.records())
+    tuning.run_protocol("sst2", stores=[store], backbone=TINY, points=points, poll_seconds=0.01, log=lambda *a: None)
+    assert len(store.records()) == trained  # a rerun finds every run stored
+    records = store.records()
+    assert len(records) == len({r["id"] for r in records})
+    assert all(r["selected_on"] == "validation" and "validation" in r["key"] for r in records)
+    rows = tuned_rows("sst2", [store], TINY, points=points)
+    for row in rows:
+        assert row["rate"] in row["grid"] and row["n"] == 3
+        assert row["grid"][row["rate"]] == max(row["grid"].values())
+        selected = [r for r in records if r["key"]["settings"]["method"] == row["method"]
+                    and r["key"]["settings"]["peak_learning_rate"] == row["rate"]]
+        assert sorted(r["best_metric"] for r in selected) == sorted(row["values"])
