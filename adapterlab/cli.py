@@ -36,6 +36,15 @@ class CommandError(Exception):
         self.code = code
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the package's one error line: ``adapterlab COMMAND: message`` (see --help), exit 2."""
+
+    def error(self, message):
+        command = self.prog.split()[-1] if self.prog != "adapterlab" else "adapterlab"
+        raise CommandError(f"{message} (see: python -m adapterlab {'' if command == 'adapterlab' else command + ' '}"
+                           "--help)", USAGE)
+
+
 @contextlib.contextmanager
 def usage_errors():
     """Turn a ValueError or OSError raised while the arguments are checked into a usage error (exit 2)."""
@@ -63,7 +72,7 @@ def _training_config(args, **fixed):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="adapterlab", description="A teaching lab on bottleneck adapters.",
+    parser = _Parser(prog="adapterlab", description="A teaching lab on bottleneck adapters.",
                                      epilog="Exit codes: 0 ok, 1 failed, 2 bad arguments, 130 interrupted.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     tasks = list(TASKS)
@@ -507,15 +516,20 @@ COMMANDS = {"doctor": doctor_command, "count": count_command, "train": train_com
 
 def _report(command: str, message) -> None:
     """The one error line: ``adapterlab COMMAND: message`` on stderr."""
-    print(f"adapterlab {command}: {' '.join(str(message).split())}", file=sys.stderr)
+    print(f"adapterlab {command + ': ' if command else ''}{' '.join(str(message).split())}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run one subcommand and return its exit code (0 ok, 1 failed, 2 usage, 130 interrupted)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
         args = build_parser().parse_args(argv)
-    except SystemExit as exit:  # argparse has printed its usage message; --help exits 0
+    except SystemExit as exit:  # --help has printed its text
         return exit.code if isinstance(exit.code, int) else USAGE
+    except CommandError as error:
+        command = next((word for word in argv if not word.startswith("-")), None)
+        _report(command if command in COMMANDS else "", error)
+        return error.code
     try:
         return COMMANDS[args.command](args)
     except CommandError as error:

@@ -96,17 +96,20 @@ class Setting:
             action = "store_false" if self.default is True else "store_true"
             parser.add_argument(*self.flags, dest=self.name, action=action, default=default, help=self.help)
             return
-        choices = self.allowed()
-        parser.add_argument(*self.flags, dest=self.name, type=self.parse, default=default, metavar=self.metavar or (
-            None if choices else self.name.upper()), choices=None, help=self._help(choices, default))
+        parser.add_argument(*self.flags, dest=self.name, type=self._argument, default=default, choices=self.allowed(),
+                            metavar=None if self.allowed() else (self.metavar or self.name.upper()),
+                            help=self._help(default))
 
-    def _help(self, choices, default) -> str:
-        parts = [self.help]
-        if choices:
-            parts.append(f"one of {', '.join(map(str, choices))}")
-        if default is not None:
-            parts.append(f"default: {default}")
-        return "; ".join(parts).replace("%", "%%")
+    def _argument(self, text: str):
+        """``parse`` for argparse, whose one-line error then carries this setting's own message."""
+        try:
+            return self.parse(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    def _help(self, default) -> str:
+        text = self.help if default is None else f"{self.help} (default: {default})"
+        return text.replace("%", "%%")
 
     def command_line(self, value) -> list[str]:
         """The arguments that set this setting to ``value`` (none when it is the default)."""

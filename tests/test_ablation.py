@@ -283,14 +283,11 @@ def test_missing_or_mixed_ablations_are_refused_with_the_command_that_makes_them
 def test_the_printed_command_asks_for_exactly_the_ablations_looked_up():
     from adapterlab.cli import build_parser
     from adapterlab.training import TrainConfig
+    from adapterlab.training.config import config_from_args
 
     def rebuilt(line):
         args = build_parser().parse_args(line.split()[3:])
-        config = TrainConfig(method=args.method, bottleneck=args.bottleneck, init_scale=args.init_scale,
-                             learning_rate=args.lr, epochs=args.epochs, max_steps=args.steps,
-                             eval_every=args.eval_every, batch_size=args.batch_size, precision=args.precision,
-                             train_pooler=args.train_pooler)
-        return args, config
+        return args, config_from_args(args)
 
     config = TrainConfig(bottleneck=64, init_scale=1e-2, max_steps=300, eval_every=150, batch_size=32,
                          precision="fp32")

@@ -147,7 +147,7 @@ def test_a_missing_lab_package_fails_and_a_missing_test_package_does_not(machine
 
 
 def test_a_broken_import_becomes_a_verdict_not_a_traceback(machine, capsys, monkeypatch):
-    monkeypatch.setitem(sys.modules, "adapterlab.data", None)
+    monkeypatch.setitem(sys.modules, "adapterlab.training.data", None)
     code, lines = run(capsys)
     assert code == 1 and line_about(lines, "cannot import").startswith("[MISSING] ")
 

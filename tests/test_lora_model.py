@@ -180,7 +180,7 @@ def test_lora_closed_form_equals_the_module_count(d, L, i, r, targets):
     config = bert_shape(d, L, i)
     torch.manual_seed(0)
     model = add_lora(transformers.BertForSequenceClassification(config), rank=r, targets=targets)
-    closed, counted = method_counts(config, "lora", rank=r, targets=targets), count_model(model)
+    closed, counted = method_counts(config, "lora", lora_rank=r, lora_targets=targets), count_model(model)
     lora = sum(p.numel() for name, p in model.named_parameters() if name.endswith(("lora_A", "lora_B")))
     assert closed["adapters"] == lora == counted["adapters"]
     for key in ("pooler", "classifier", "total_trainable", "backbone"):
@@ -204,8 +204,10 @@ def test_bert_base_counts_on_the_meta_device():
         model = add_lora(transformers.BertForSequenceClassification(config), rank=8)
     assert bert_lora_params(config, 8) == 294_912 == count_model(model)["adapters"]  # 4·8·768·12: Hu et al.'s 0.3M
     assert bert_bias_params(config) == 102_144  # 12·(7·768 + 3072) + 768: BitFit's ~0.1 M (0.08 %)
-    with pytest.raises(ValueError, match="lora or bitfit"):
-        method_counts(config, "houlsby")
+    houlsby = method_counts(config, "houlsby", bottleneck=64)
+    assert (houlsby["adapters"], houlsby["layernorm"]) == (2_379_264, 38_400)  # the paper's count; 25 norms of 2d
+    with pytest.raises(ValueError, match="no closed-form count"):
+        method_counts(config, "full")
 
 
 @pytest.mark.parametrize("backbone, method, targets, train_pooler", [
@@ -213,7 +215,8 @@ def test_bert_base_counts_on_the_meta_device():
     ("bert-base", "bitfit", "query_value", True), ("bert-large", "bitfit", "query_value", False),
 ])
 def test_compare_method_counts_matches_every_row_on_the_meta_device(backbone, method, targets, train_pooler):
-    rows = compare_method_counts(backbone, method, rank=16, targets=targets, num_labels=3, train_pooler=train_pooler)
+    rows = compare_method_counts(backbone, method, num_labels=3, train_pooler=train_pooler, lora_rank=16,
+                                 lora_targets=targets)
     assert [row.key for row in rows][1:] == ["pooler", "classifier", "total_trainable", "backbone", "percent_of_backbone"]
     assert all(row.match for row in rows), [row for row in rows if not row.match]
     trained = rows[0].counted + rows[2].counted + (rows[1].counted if train_pooler else 0)

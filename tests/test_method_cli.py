@@ -35,7 +35,7 @@ def test_train_writes_the_set_and_evaluate_reproduces_the_metrics(tmp_path, caps
     config = report["config"]
     assert report["checkpoint"] == str(out) and manifest["method"] == method
     shape = load_backbone(TINY)[0].config
-    closed = method_counts(shape, method, rank=config["lora_rank"], targets=config["lora_targets"],
+    closed = method_counts(shape, method, lora_rank=config["lora_rank"], lora_targets=config["lora_targets"],
                            train_pooler=config["train_pooler"])
     assert report["trainable"]["total_trainable"] == closed["total_trainable"] == manifest["num_parameters"]
     if method == "lora":

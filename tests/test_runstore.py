@@ -338,7 +338,7 @@ def test_sweep_command_trains_in_the_precision_asked_fp32_by_default(tmp_path, c
     out = capsys.readouterr().out
     assert "(stored)" in out and "in fp32, in the run store" in out
     assert main(sweep_args(tmp_path, "--precision", "fp16")) == 2
-    assert "invalid choice: 'fp16'" in capsys.readouterr().err
+    assert "precision must be 'auto', 'fp32' or 'bf16'; got 'fp16'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("bad, message", [(["--grid", "rank=4"], "no training setting 'rank'"),

@@ -202,7 +202,7 @@ def test_keyboard_interrupt_in_the_callback_returns_the_partial_history():
 def test_keyboard_interrupt_inside_a_step_keeps_the_finished_steps(monkeypatch):
     model, tokenizer = tiny("houlsby")
     calls = []
-    real_collate = training.collate
+    real_collate = training.loop.collate
 
     def collate_then_stop(*args):
         calls.append(1)
@@ -210,7 +210,7 @@ def test_keyboard_interrupt_inside_a_step_keeps_the_finished_steps(monkeypatch):
             raise KeyboardInterrupt
         return real_collate(*args)
 
-    monkeypatch.setattr(training, "collate", collate_then_stop)
+    monkeypatch.setattr(training.loop, "collate", collate_then_stop)
     result = train(model, toy(tokenizer), None, config(max_steps=10))
     assert result.interrupted and result.history.steps == [1, 2, 3] and len(result.history.loss) == 3
     assert all(math.isfinite(v) for v in result.history.loss) and result.metrics == {}
@@ -351,7 +351,7 @@ def test_auto_in_train_resolves_with_the_probe_cached_under_the_models_shape(mon
     monkeypatch.delenv(PRECISION_ENV)
     model, tokenizer = tiny("houlsby")
     fast = {"fp32": 3, "bf16": 1}
-    resolve("auto", training._shape_name(model), model=model, timer=lambda m, b, chosen, d: fast[chosen])
+    resolve("auto", training.loop._shape_name(model), model=model, timer=lambda m, b, chosen, d: fast[chosen])
     result = train(model, toy(tokenizer), None, config(max_steps=1))
     assert result.config.precision == "bf16" and result.precision == Choice("bf16", "auto", 3.0)
 

@@ -52,7 +52,7 @@ ADAPTER_SET = SavedSet("adapter", None, _describe, _holds, _rebuild, _check, kin
 
 def _count(config, placement: str, bottleneck: int = BOTTLENECK.default, train_layernorm: bool = True, **_):
     counts = bert_counts(config, AdapterConfig.preset(placement, bottleneck=bottleneck, train_layernorm=train_layernorm))
-    return {"adapters": counts["adapters"]}
+    return {"adapters": counts["adapters"], **({"layernorm": counts["layernorm"]} if train_layernorm else {})}
 
 
 SUMMARIES = {
@@ -69,5 +69,5 @@ for _placement in PLACEMENTS:
         learning_rate=1e-3, learning_rates=(1e-4, 3e-4, 1e-3, 3e-3),
         prepare=lambda model, _p=_placement, **settings: add_adapters(model, _p, **settings),
         settings=tuple(s.name for s in ADAPTER_SETTINGS) + (TRAIN_POOLER.name,),
-        own_settings=ADAPTER_SETTINGS, saved=ADAPTER_SET, merge=fold_adapters,  # linear adapters only: ValueError else
+        own_settings=ADAPTER_SETTINGS, options=("layers", "parallel_scale", "bias"), saved=ADAPTER_SET, merge=fold_adapters,  # linear adapters only: ValueError else
         count=lambda config, _p=_placement, **settings: _count(config, _p, **settings)))

@@ -69,6 +69,7 @@ register(Method(
     "bitfit", "BitFit: biases only", "every bias of the backbone, and the classifier",
     # Ben Zaken et al. sweep BitFit over 1e-4...1e-3 on BERT-base; a bias moves a whole feature.
     learning_rate=1e-3, learning_rates=(1e-3, 3e-3, 1e-2), prepare=prepare,
-    saved=SavedSet("bitfit", "bitfit", settings_of, _holds, _rebuild, _check, kind="BitFit biases"),
+    saved=SavedSet("bitfit", "bitfit", settings_of, _holds, _rebuild, _check, kind="a BitFit set",
+                   forget=lambda model: model.__dict__.pop(ATTRIBUTE, None)),
     merge=lambda model: model, count=lambda config, **_: {"biases": bert_bias_params(config)},
     extra={"count_row": ("biases", "biases (BitFit)", "L·(7d + i) + d")}))

@@ -80,8 +80,8 @@ def _method_entry(model: nn.Module) -> dict:
     """The manifest entries that say which method the model's set belongs to and how to rebuild it."""
     present = _present(model)
     if not present:
-        raise CheckpointError("this model has nothing a saved set holds: prepare it with apply_method(model, METHOD) "
-                              f"for one of {', '.join(saveable())} first")
+        raise CheckpointError("this model has no adapters, LoRA layers or other set a method trains to save: prepare "
+                              f"it with apply_method(model, METHOD) for one of {', '.join(saveable())} first")
     kind, entry = present[0]
     return {kind.entry: entry} if kind.format is None else {"method": kind.format, kind.entry: entry}
 

@@ -23,7 +23,7 @@ def method_counts(config: BertConfig, method: str, num_labels: int = 2, train_po
     """Closed-form counts for a BERT classifier trained with ``method``.
 
     Keys: ``adapters`` (parameters the method adds to the backbone), ``biases`` (backbone biases it
-    unfreezes), pooler, classifier, total_trainable (+ the pooler when train_pooler), backbone and
+    unfreezes), ``layernorm`` (LayerNorm parameters it unfreezes, where it does), pooler, classifier, total_trainable (+ the pooler when train_pooler), backbone and
     percent_of_backbone, with the meaning of :func:`count_model`'s keys, so the two can be compared.
     ``settings`` are the method's (``lora_rank=16``, ...).
     """
@@ -31,12 +31,11 @@ def method_counts(config: BertConfig, method: str, num_labels: int = 2, train_po
     chosen = get(method)
     if chosen.count is None:
         raise ValueError(f"method {method!r} has no closed-form count")
-    counts = {"adapters": 0, "biases": 0, **chosen.count(config, **settings),
-              "pooler": pooler_params(config.hidden_size),
+    own = chosen.count(config, **settings)
+    counts = {"adapters": 0, "biases": 0, **own, "pooler": pooler_params(config.hidden_size),
               "classifier": classifier_params(config.hidden_size, num_labels),
               "backbone": bert_backbone_params(config)}
-    counts["total_trainable"] = (counts["adapters"] + counts["biases"] + counts["classifier"]
-                                 + (counts["pooler"] if train_pooler else 0))
+    counts["total_trainable"] = sum(own.values()) + counts["classifier"] + (counts["pooler"] if train_pooler else 0)
     counts["percent_of_backbone"] = 100.0 * counts["total_trainable"] / counts["backbone"]
     return counts
 

@@ -36,7 +36,9 @@ class SavedSet:
     before other methods could be saved do). ``describe(model)`` returns the entry's JSON value for a model
     prepared by the method, or None when the model holds no such set; ``holds(entry, name, group)`` says
     whether a parameter is in the saved set; ``rebuild(model, entry)`` gives a fresh backbone the set's
-    structure and returns what undoes it; ``check(entry)`` refuses a malformed entry with a ValueError.
+    structure and returns what undoes it; ``check(entry)`` returns the entry checked, or refuses it with a
+    ValueError; ``forget(model)`` drops the mark of a set that adds nothing to the model (only says what
+    trains), when the model is set to train something else.
     """
 
     entry: str
@@ -44,8 +46,9 @@ class SavedSet:
     describe: Callable[[nn.Module], dict | None]
     holds: Callable[[dict, str, str], bool]
     rebuild: Callable[[nn.Module, dict], Callable[[], None] | None]
-    check: Callable[[dict], None]
+    check: Callable[[dict], dict]
     kind: str = "a trained set"  # how messages name it: "adapters", "LoRA layers", ...
+    forget: Callable[[nn.Module], None] | None = None  # a mark that only says what trains: dropped when that changes
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,8 @@ class Method:
     prepare: Callable[..., nn.Module]
     settings: tuple[str, ...] = ("train_pooler",)
     own_settings: tuple[Setting, ...] = ()
+    #: Keyword arguments ``prepare`` also takes that are no training setting (an adapter set's ``layers``, ...).
+    options: tuple[str, ...] = ()
     saved: SavedSet | None = None
     merge: Callable[[nn.Module], nn.Module] | None = None
     count: Callable[..., int] | None = None
@@ -102,11 +107,13 @@ def unregister(name: str) -> None:
 
 
 def get(name: str) -> Method:
-    """The method called ``name``, or a ValueError that lists the methods there are."""
+    """The method called ``name``, or a PlacementError (a ValueError) that lists the methods there are."""
+    from ..model.placement import PlacementError
+
     try:
         return REGISTRY[name]
     except (KeyError, TypeError):
-        raise ValueError(f"method must be one of {', '.join(REGISTRY)}; got {name!r}") from None
+        raise PlacementError(f"method must be one of {', '.join(REGISTRY)}; got {name!r}") from None
 
 
 def names() -> tuple[str, ...]:
@@ -144,11 +151,17 @@ def apply_method(model: nn.Module, method: str, **settings) -> nn.Module:
     """Prepare a fresh model for ``method``: add what it adds, train what it trains. Settings the method
     does not read are ignored, so that one set of arguments (``TrainConfig.method_kwargs()``) serves every
     method; a name that no method reads is an error."""
+    from ..model.placement import encoder_layers
+
     chosen = get(method)
-    unknown = sorted(set(settings) - set(_SETTINGS))
+    encoder_layers(model)  # a model of a family the surgery knows, or a PlacementError naming it
+    options = {name for m in REGISTRY.values() for name in m.options}
+    unknown = sorted(set(settings) - set(_SETTINGS) - options)
     if unknown:
-        raise TypeError(f"apply_method got unknown settings {unknown}; the method settings are {', '.join(_SETTINGS)}")
-    return chosen.prepare(model, **{name: settings[name] for name in chosen.settings if name in settings})
+        raise TypeError(f"apply_method got unknown settings {unknown}; the method settings are "
+                        f"{', '.join([*_SETTINGS, *sorted(options)])}")
+    reads = (*chosen.settings, *chosen.options)
+    return chosen.prepare(model, **{name: settings[name] for name in reads if name in settings})
 
 
 def set_trainable(model: nn.Module, method: str, train_layernorm: bool = True, top_k: int | None = None,
@@ -159,6 +172,8 @@ def set_trainable(model: nn.Module, method: str, train_layernorm: bool = True, t
     from ..model.placement import PlacementError, adapted_outputs, adapters_train
     from ..model.trainable import LORA_PARAMETERS, train_only
 
+    if method in ("adapters", "lora"):
+        _forget_others(model, None)
     if method == "adapters":
         if not adapted_outputs(model):
             raise PlacementError("method 'adapters' needs adapters; call add_adapters first")
@@ -173,4 +188,11 @@ def set_trainable(model: nn.Module, method: str, train_layernorm: bool = True, t
                                           and m.name not in ("lora", "ia3")]
         raise PlacementError(f"method must be one of {', '.join(allowed)}; got {method!r}")
     settings = {"top_k": top_k} if method == "top_k" else {}
+    _forget_others(model, chosen)
     return apply_method(model, method, train_pooler=train_pooler, **settings)
+
+
+def _forget_others(model: nn.Module, chosen: Method | None) -> None:
+    for kind in saved_sets():
+        if kind.forget is not None and (chosen is None or kind is not chosen.saved):
+            kind.forget(model)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .ablation import SpanAblation, span_ablation
+from ..training.config import command_line
 from .store import Lookup, RunStore, default_stores, find, key_for, make_record
 
 ANALYSIS = "span_ablation"
@@ -170,17 +171,8 @@ def summarize_ablations(records: list[dict]) -> AblationSummary:
 def ablate_command_line(task: str, config, seeds, eval_rows: int, store: str = "data/reference_runs",
                         backbone: str = "bert-base-uncased") -> str:
     """The `adapterlab ablate` command that stores these ablations (lab 8 prints it when they are missing)."""
-    parts = ["python -m adapterlab ablate", f"--task {task}", f"--method {config.method}",
-             f"--seeds {','.join(str(seed) for seed in seeds)}", f"--bottleneck {config.bottleneck}",
-             f"--init-scale {config.init_scale:g}"]
-    parts.append(f"--steps {config.max_steps}" if config.max_steps is not None else f"--epochs {config.epochs:g}")
-    if config.eval_every is not None:
-        parts.append(f"--eval-every {config.eval_every}")
-    if config.learning_rate is not None:
-        parts.append(f"--lr {config.learning_rate:g}")
-    if config.train_pooler:
-        parts.append("--train-pooler")
-    parts += [f"--batch-size {config.batch_size}", f"--precision {config.precision}", f"--eval-rows {eval_rows}"]
+    parts = ["python -m adapterlab ablate", f"--task {task}", f"--seeds {','.join(str(seed) for seed in seeds)}",
+             *command_line(config, defaults={"precision": "fp32"}), f"--eval-rows {eval_rows}"]
     if backbone != "bert-base-uncased":
         parts.append(f"--backbone {backbone}")
     parts.append(f"--store {store}")

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from ..training.backbones import BERT_BASE, STANDIN, expected_backbone
 from .store import stored_runs, summarize
 from ..training import TrainConfig
+from ..training.config import command_line, settings
 
 #: The settings every reference run shares (data/reference_runs/README.md): Houlsby adapters, r = 64,
 #: σ = 1e-2, 300 steps of batch 32, the method's default peak learning rate (1e-3 for adapters, 5e-5 for
@@ -165,48 +166,34 @@ def lab_rows(task: str, base: TrainConfig = REFERENCE_CONFIG, setting=None, valu
 # What is missing, and the command that makes it
 # --------------------------------------------------------------------------------------------------
 
-#: TrainConfig fields with their own option in ``adapterlab sweep`` (every other one goes through --grid).
-_OPTIONS = {"method": "--method", "bottleneck": "--bottleneck", "learning_rate": "--lr", "max_steps": "--steps",
-            "epochs": "--epochs", "eval_every": "--eval-every", "batch_size": "--batch-size",
-            "precision": "--precision"}
-_CLI_DEFAULTS = {"method": "houlsby", "bottleneck": 64, "learning_rate": None, "max_steps": None, "epochs": 1.0,
-                 "eval_every": None, "batch_size": 32, "precision": "fp32"}
-_NOT_SWEPT = ("seed", "progress", "device")
-
-
-def _show(value) -> str:
-    return "None" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
-
-
 def sweep_command(task: str, configs: list[TrainConfig], seeds, backbone: str = REFERENCE_BACKBONE) -> str:
     """The ``python -m adapterlab sweep`` command that trains ``configs`` × ``seeds`` into the run store.
 
-    The configs may differ in one setting (it becomes one --grid option); runs already stored are not
-    trained again, so the command may name a few that are."""
+    The configs may differ in one setting (it becomes the --grid option); runs already stored are not
+    trained again, so the command may name a few that are. Flags come from the declared settings."""
     if not configs:
         raise ValueError("no configs: give the TrainConfigs whose runs are missing")
-    fields = [field.name for field in dataclasses.fields(TrainConfig) if field.name not in _NOT_SWEPT]
-    varying = [name for name in fields if len({_show(getattr(c, name)) for c in configs}) > 1]
+    declared = settings()
+    names = [name for name in declared if name not in ("seed", "progress", "device")]
+    shown = lambda config, name: declared[name].command_line(getattr(config, name)) or ["default"]  # noqa: E731
+    varying = [name for name in names if len({tuple(shown(c, name)) for c in configs}) > 1]
     if len(varying) > 1:
         raise ValueError(f"the configs differ in {', '.join(varying)}: one sweep command varies one setting; "
                          "give the configs of each command separately")
-    first = configs[0]
-    parts = ["python -m adapterlab sweep", f"--task {task}"]
-    for name, option in _OPTIONS.items():
-        value = getattr(first, name)
-        if name not in varying and value != _CLI_DEFAULTS[name] and not (name == "epochs" and first.max_steps):
-            parts.append(f"{option} {_show(value)}")
-    defaults = TrainConfig()
-    for name in fields:
-        if name not in _OPTIONS and name not in varying and getattr(first, name) != getattr(defaults, name):
-            parts.append(f"--grid {name}={_show(getattr(first, name))}")
+    parts = ["python -m adapterlab sweep", f"--task {task}",
+             *command_line(configs[0], skip=("seed", "progress", "device", *varying), defaults={"precision": "fp32"})]
     for name in varying:
-        values = list(dict.fromkeys(_show(getattr(c, name)) for c in configs))
+        values = list(dict.fromkeys(_grid_value(getattr(c, name)) for c in configs))
         parts.append(f"--grid {name}={','.join(values)}")
     parts.append(f"--seeds {','.join(str(s) for s in sorted(set(seeds)))}")
     if backbone != BERT_BASE:
         parts.append(f"--backbone {backbone}")
     return " ".join(parts)
+
+
+def _grid_value(value) -> str:
+    return "none" if value is None else str(value).lower() if isinstance(value, bool) else \
+        f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def missing_report(task: str, rows: list[SeedRow], backbone: str = REFERENCE_BACKBONE) -> str:

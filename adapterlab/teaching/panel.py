@@ -154,12 +154,13 @@ class TrainingPanel:
             eval_every=self.config.eval_every or max(self.steps.value // 2, 1),
         )
 
-    def load(self, task, backbone, data_dir, max_train, max_eval, fallback, seed):
+    def load(self, task, backbone, data_dir, max_train, max_eval, fallback, seed, validation_rows=None):
         """:func:`adapterlab.training.load_experiment`, loaded once per set of arguments and kept: every call
         returns the data and a fresh copy of the backbone as it was loaded (training changes the copy)."""
-        key = (getattr(task, "name", task), backbone, str(data_dir), max_train, max_eval, fallback, seed)
+        key = (getattr(task, "name", task), backbone, str(data_dir), max_train, max_eval, fallback, seed, validation_rows)
         if key not in self._loaded:
-            self._loaded[key] = load_experiment(task, backbone, data_dir, max_train, max_eval, fallback, seed)
+            self._loaded[key] = load_experiment(task, backbone, data_dir, max_train, max_eval, fallback, seed,
+                                                validation_rows=validation_rows)
         pristine = self._loaded[key]
         return dataclasses.replace(pristine, model=copy.deepcopy(pristine.model))
 

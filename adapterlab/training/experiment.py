@@ -13,7 +13,7 @@ from accelerate.utils import set_seed
 
 from ..methods import apply_method
 from .config import TrainConfig
-from .backbones import load_backbone
+from . import backbones  # looked up at each call, so that a test can replace load_backbone
 from .data import TokenizedSplit, carve_validation, get_task, load_split, take_subset, tokenize
 from .evaluation import pick_device
 from .loop import TrainingDiverged, TrainResult, train
@@ -39,8 +39,9 @@ def run_experiment(task="sst2", config: TrainConfig | None = None, backbone: str
         raise ValueError(f"config must be a TrainConfig; got {type(config).__name__}")
     config.validate()
     spec = get_task(task)
+    split_settings = {} if config.validation_rows is None else {"validation_rows": config.validation_rows}
     loaded = (loader or load_experiment)(spec, backbone, data_dir, max_train, max_eval, fallback, config.seed,
-                                         validation_rows=config.validation_rows)
+                                         **split_settings)
     model, info = loaded.model, loaded.info
     description = {"train": loaded.train_split.describe(), "eval": loaded.eval_split.describe()}
     if loaded.validation_split is not None:
@@ -99,7 +100,7 @@ def load_experiment(task, backbone: str, data_dir, max_train: int | None, max_ev
     comes first, so a missing data file is reported before a slow model load."""
     spec = get_task(task)
     train_split, eval_split, validation_split = load_splits(spec, data_dir, max_train, max_eval, seed, validation_rows)
-    model, tokenizer, info = load_backbone(backbone, num_labels=spec.num_labels, fallback=fallback, seed=seed)
+    model, tokenizer, info = backbones.load_backbone(backbone, num_labels=spec.num_labels, fallback=fallback, seed=seed)
     return Loaded(model, tokenizer, info, train_split, eval_split, tokenize(train_split, tokenizer),
                   tokenize(eval_split, tokenizer), validation_split,
                   tokenize(validation_split, tokenizer) if validation_split is not None else None)
