@@ -56,6 +56,12 @@ _ADAPTER_SETTINGS = ("bottleneck", "activation", "init", "init_scale", "train_la
 _ONLY_FOR = {"top_k": ("top_k",), "train_pooler": tuple(m for m in METHODS if m != "full"),
              **{name: PLACEMENTS for name in _ADAPTER_SETTINGS},
              **{name: ("lora",) for name in ("lora_rank", "lora_alpha", "lora_targets")}}
+#: What a method's key says beyond its settings. "pfeiffer" first computed Houlsby's FFN adapter alone,
+#: LN(h + Δ(h) + x); it now computes Pfeiffer's, the adapter reading the FFN's Add & Norm, LN(h + Δ(z) + x)
+#: with z = LN(h + x), as AdapterHub's SeqBnConfig. Its keys carry this mark, so a run of the former (in a
+#: student's own store) never stands in for the latter; the shipped runs of the former were moved out of the
+#: reference runs (data/reference_runs/houlsby_ffn/). Every other method's key is as it was.
+KEY_MARKS = {"pfeiffer": {"adapter_reads": "add_and_norm_output"}}
 
 
 def data_fingerprint(*splits: Split) -> str:
@@ -81,6 +87,7 @@ def run_key(task: str, config, backbone: str, train_split: Split, eval_split: Sp
     for name, methods in _ONLY_FOR.items():
         if config.method not in methods:
             settings.pop(name)
+    settings.update(KEY_MARKS.get(config.method, {}))
     return {
         "task": get_task(task).name,
         "backbone": backbone,
