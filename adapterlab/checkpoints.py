@@ -271,7 +271,12 @@ def read_adapter_config(directory) -> dict:
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise CheckpointError(f"{path} is not valid JSON ({error}); the adapter set is damaged") from error
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise CheckpointError(f"{path} is not an adapterlab adapter set (its 'format' is not {FORMAT!r})")
+        from .interop import describe_kind, folder_kind  # interop builds on this module
+
+        kind = folder_kind(directory)
+        hint = (f": it is {describe_kind(kind)}, whose adapter_config.json has another schema; `adapterlab import "
+                f"{directory} --out RUN_FOLDER` reads it into an adapter set") if kind in ("peft", "adapterhub") else ""
+        raise CheckpointError(f"{path} is not an adapterlab adapter set (its 'format' is not {FORMAT!r}){hint}")
     version = manifest.get("format_version")
     if isinstance(version, bool) or not isinstance(version, int) or version > FORMAT_VERSION:
         raise CheckpointError(

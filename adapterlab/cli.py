@@ -20,6 +20,7 @@ import contextlib
 import sys
 from pathlib import Path
 
+from . import interop_cli
 from .data import TASKS
 from .lora_model import DEFAULT_LORA_ALPHA, DEFAULT_LORA_RANK, LORA_TARGET_SETS
 from .placement import METHODS, PLACEMENTS
@@ -184,6 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     student = commands.add_parser("student", help="write student copies of the labs, solutions stubbed out")
     student.add_argument("labs", nargs="*", metavar="LAB", help="lab number, name or notebook path (default: every lab)")
     student.add_argument("--out", default="build/student", help="folder for the copies (default: build/student)")
+    interop_cli.add_commands(commands)
     return parser
 
 
@@ -491,7 +493,7 @@ def student_command(args) -> int:
 
 COMMANDS = {"doctor": doctor_command, "count": count_command, "train": train_command,
             "evaluate": evaluate_command, "sweep": sweep_command, "ablate": ablate_command, "slides": slides_command,
-            "student": student_command}
+            "student": student_command, **interop_cli.COMMANDS}
 
 
 def _report(command: str, message) -> None:
