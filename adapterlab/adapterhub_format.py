@@ -27,6 +27,11 @@ on a ``BertForSequenceClassification``; ``use_safetensors=True`` is needed, with
   (their names are the model's own). A set that trained them is refused without the option: it would load
   and compute something else.
 
+A LoRA set of the query and value projections goes as AdapterHub's LoRAConfig (``selfattn_lora``, ``attn_matrices``
+q and v, ``alpha``; ``version`` 1.3.0, for the library resets alpha to r when it reads a LoRA of a version below
+1.1.0), its matrices as ``...attention.self.{query|value}.loras.{name}.lora_A`` / ``lora_B``. LoRA on every dense
+layer cannot go: AdapterHub's LoRA has no place on ``attention.output.dense`` (PEFT has: ``--to peft``).
+
 Where AdapterHub's own defaults differ (its presets use swish or ReLU, reduction factor 16 or 2, "bert" or
 "mam_adapter" init, frozen LayerNorms), the exported config says adapterlab's values; the init is recorded as
 the nearest AdapterHub scheme and matters only to training from scratch.
@@ -42,7 +47,8 @@ from pathlib import Path
 import safetensors.torch
 import torch
 
-from .interop import BASE, HUB_NAMES, InteropError, copy_into, hub_name, layer_tensors, split_backbone_tensors, write_json
+from .interop import (BASE, HUB_NAMES, LAYER_NAME, InteropError, copy_into, hub_name, layer_tensors,
+                      split_backbone_tensors, write_json)
 
 LIBRARY_VERSION = "adapters.1.3.0"
 CONFIG_FILE = "adapter_config.json"
@@ -104,23 +110,25 @@ def _adapter_names(position: str, name: str) -> dict[str, str]:
 
 def write_adapterhub(manifest: dict, tensors: dict[str, torch.Tensor], folder: Path, *, name: str | None = None,
                      backbone_tensors: bool = False) -> None:
-    """Write an adapterlab adapter set (houlsby, pfeiffer or parallel) as an AdapterHub folder (module docstring)."""
-    from .placement import POSITIONS, AdapterConfig
+    """Write an adapterlab adapter set (houlsby, pfeiffer, parallel; LoRA of query and value) as an AdapterHub
+    folder (module docstring)."""
+    from .placement import AdapterConfig
 
     method = manifest.get("method", "adapters")
-    if method == "lora":
-        raise InteropError("this is a LoRA set: export it with --to peft (AdapterHub's LoRA is not written here)")
-    if method != "adapters":
+    if method not in ("adapters", "lora"):
         raise InteropError(f"this is a {method} set, which neither library has a format for: only adapters "
                            "(--to adapterhub) and LoRA (--to peft) are exported")
-    config = AdapterConfig.from_dict(manifest["adapter"])
-    if config.placement not in PLACEMENT_FIELDS:
-        raise InteropError(f"placement {config.placement!r} has no AdapterHub counterpart")
     d, n_layers = manifest["backbone"]["hidden_size"], manifest["backbone"]["num_layers"]
     name = name or (manifest.get("extra") or {}).get("task") or "adapterlab"
     if not name.isidentifier():
         raise InteropError(f"the adapter's name must be a Python identifier (AdapterHub keeps it in a module name); "
                            f"got {name!r}: pass --name")
+    if method == "lora":
+        lora = _lora_config(manifest)
+    else:
+        config = AdapterConfig.from_dict(manifest["adapter"])
+        if config.placement not in PLACEMENT_FIELDS:
+            raise InteropError(f"placement {config.placement!r} has no AdapterHub counterpart")
     classifier, layernorms, pooler = split_backbone_tensors(tensors)
     extra_tensors = {**layernorms, **pooler}
     if extra_tensors and not backbone_tensors:
@@ -131,6 +139,27 @@ def write_adapterhub(manifest: dict, tensors: dict[str, torch.Tensor], folder: P
             f"--backbone-tensors to write them beside the adapter in {BACKBONE_FILE} (load it after the adapter with "
             "model.load_state_dict(safetensors.torch.load_file(...), strict=False)), or train with the LayerNorms frozen "
             "(train_layernorm=False) and without --train-pooler")
+    if method == "lora":
+        hub_config, weights = _lora_weights(lora, tensors, name, n_layers)
+    else:
+        hub_config, weights = _adapter_weights(config, tensors, name, d, n_layers)
+    base = hub_name(manifest["backbone"]["name"]) or ""
+    common = {"hidden_size": d, "model_class": "BertForSequenceClassification", "model_name": base,
+              "model_type": "bert", "version": LIBRARY_VERSION}
+    write_json(folder / CONFIG_FILE, {"config": hub_config, "name": name, **common})
+    safetensors.torch.save_file(weights, str(folder / WEIGHTS_FILE))
+    num_labels = manifest["backbone"]["num_labels"]
+    write_json(folder / HEAD_CONFIG_FILE, {"config": None, "name": None, "num_labels": num_labels,
+                                           "label2id": {f"LABEL_{i}": i for i in range(num_labels)}, **common})
+    safetensors.torch.save_file({k: v.contiguous() for k, v in classifier.items()}, str(folder / HEAD_FILE))
+    if extra_tensors:
+        safetensors.torch.save_file({k: v.contiguous() for k, v in extra_tensors.items()}, str(folder / BACKBONE_FILE))
+
+
+def _adapter_weights(config, tensors: dict, name: str, d: int, n_layers: int) -> tuple[dict, dict]:
+    """The bottleneck config and the adapter tensors, by AdapterHub's names, of an adapterlab adapter set."""
+    from .placement import POSITIONS
+
     layers = config.layer_indices(n_layers)
     hub_config = dict(BASE_CONFIG, **PLACEMENT_FIELDS[config.placement],
                       non_linearity=ACTIVATIONS[config.activation], init_weights=INITS[config.init],
@@ -150,17 +179,41 @@ def write_adapterhub(manifest: dict, tensors: dict[str, torch.Tensor], folder: P
                 if tensor is None:
                     raise InteropError(f"the set lacks {BASE}.encoder.layer.{index}.{ours}; it is damaged: train it again")
                 weights[f"{BASE}.encoder.layer.{index}.{theirs}"] = tensor.contiguous()
-    base = hub_name(manifest["backbone"]["name"]) or ""
-    common = {"hidden_size": d, "model_class": "BertForSequenceClassification", "model_name": base,
-              "model_type": "bert", "version": LIBRARY_VERSION}
-    write_json(folder / CONFIG_FILE, {"config": hub_config, "name": name, **common})
-    safetensors.torch.save_file(weights, str(folder / WEIGHTS_FILE))
-    num_labels = manifest["backbone"]["num_labels"]
-    write_json(folder / HEAD_CONFIG_FILE, {"config": None, "name": None, "num_labels": num_labels,
-                                           "label2id": {f"LABEL_{i}": i for i in range(num_labels)}, **common})
-    safetensors.torch.save_file({k: v.contiguous() for k, v in classifier.items()}, str(folder / HEAD_FILE))
-    if extra_tensors:
-        safetensors.torch.save_file({k: v.contiguous() for k, v in extra_tensors.items()}, str(folder / BACKBONE_FILE))
+    return hub_config, weights
+
+
+#: LoRAConfig as adapters 1.3.0 writes it, for adapterlab's LoRA of the query and value projections.
+LORA_CONFIG = {"architecture": "lora", "selfattn_lora": True, "intermediate_lora": False, "output_lora": False,
+               "attn_matrices": ["q", "v"], "composition_mode": "add", "dropout": 0.0, "dtype": None,
+               "init_weights": "lora", "init_weights_seed": None, "leave_out": [], "use_dora": False,
+               "use_gating": False, "vera_b": None, "vera_d": None}
+
+
+def _lora_config(manifest: dict):
+    from .lora_model import LoRAConfig
+
+    lora = LoRAConfig.from_dict(manifest["lora"])
+    if lora.targets != "query_value":
+        raise InteropError("AdapterHub's LoRA has no place for a LoRA on attention.output.dense (it adapts the "
+                           "attention's query, key and value and the FFN's two dense layers): export this set with --to "
+                           "peft, or train with --lora-targets query_value")
+    return lora
+
+
+def _lora_weights(lora, tensors: dict, name: str, n_layers: int) -> tuple[dict, dict]:
+    """AdapterHub's LoRAConfig and the LoRA matrices by AdapterHub's names, of an adapterlab LoRA set."""
+    from .lora_model import LORA_TARGETS
+
+    hub_config = dict(LORA_CONFIG, r=lora.rank, alpha=int(lora.alpha) if float(lora.alpha).is_integer() else lora.alpha)
+    by_layer, weights = layer_tensors(tensors), {}
+    for index in range(n_layers):
+        for target in lora.target_modules:
+            for matrix in ("lora_A", "lora_B"):
+                tensor = by_layer.get(index, {}).get(f"{LORA_TARGETS[target]}.{matrix}")
+                if tensor is None:
+                    raise InteropError(f"the set lacks layer {index}'s {target} {matrix}; it is damaged: train it again")
+                weights[f"{BASE}.encoder.layer.{index}.{LORA_TARGETS[target]}.loras.{name}.{matrix}"] = tensor.contiguous()
+    return hub_config, weights
 
 
 def _refuse(folder: Path, why: str) -> InteropError:
@@ -202,6 +255,8 @@ def read_adapterhub(folder: Path) -> dict:
 
     hub = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
     config, name, d = hub["config"], hub.get("name"), hub.get("hidden_size")
+    if config.get("architecture") == "lora":
+        return _read_lora(folder, hub)
     placement = placement_of(config, folder)
     if hub.get("model_type", "bert") != "bert":
         raise InteropError(f"{folder}: its adapter was made for a {hub.get('model_type')} model; adapterlab's "
@@ -270,3 +325,69 @@ def read_adapterhub(folder: Path) -> dict:
 
     return {"method": placement, "base_model": hub.get("model_name") or "", "num_labels": num_labels, "name": name,
             "apply": apply, "library": f"AdapterHub {PRESET_NAMES[placement]}", "hub_names": HUB_NAMES}
+
+
+def _version_below(version: str, least: tuple[int, ...]) -> bool:
+    digits = str(version).removeprefix("adapters.").split(".")
+    try:
+        return tuple(int(d) for d in digits[:3]) < least
+    except ValueError:
+        return False
+
+
+def _read_head(folder: Path) -> tuple[dict, dict, dict, dict]:
+    """(classifier, trained LayerNorms, trained pooler, all of the backbone tensors beside) of an AdapterHub folder."""
+    if not (folder / HEAD_FILE).is_file():
+        raise InteropError(f"{folder}: it has no {HEAD_FILE}, so no classifier to evaluate: save the adapter with "
+                           "with_head=True (and use_safetensors=True)")
+    head = safetensors.torch.load_file(str(folder / HEAD_FILE))
+    if set(head) != {"classifier.weight", "classifier.bias"}:
+        raise InteropError(f"{folder}: its head holds {sorted(head)}; adapterlab reads the static head of a "
+                           "BertForSequenceClassification (classifier.weight, classifier.bias)")
+    extra = safetensors.torch.load_file(str(folder / BACKBONE_FILE)) if (folder / BACKBONE_FILE).is_file() else {}
+    _, layernorms, pooler = split_backbone_tensors(extra)
+    if set(extra) - set(layernorms) - set(pooler):
+        raise InteropError(f"{folder}: {BACKBONE_FILE} holds tensors other than LayerNorms and the pooler")
+    return head, layernorms, pooler, extra
+
+
+def _read_lora(folder: Path, hub: dict) -> dict:
+    """An AdapterHub LoRA of the query and value projections in every layer (what adapterlab's LoRA computes)."""
+    from .lora_model import LORA_TARGETS, add_lora
+
+    config, name = hub["config"], hub.get("name")
+    wanted = {"selfattn_lora": True, "intermediate_lora": False, "output_lora": False, "composition_mode": "add",
+              "dropout": 0.0, "use_gating": False, "use_dora": False, "vera_b": None, "vera_d": None, "leave_out": []}
+    for field, value in wanted.items():
+        if config.get(field, value) != value:
+            raise _refuse(folder, f"its LoRA sets {field} = {config.get(field)!r} (adapterlab's LoRA: {value!r})")
+    if sorted(config.get("attn_matrices") or []) != ["q", "v"]:
+        raise _refuse(folder, f"its LoRA adapts the attention matrices {config.get('attn_matrices')}; adapterlab's "
+                              "LoRA in AdapterHub's format adapts q and v")
+    rank, alpha = int(config["r"]), float(config.get("alpha", 8))
+    if _version_below(hub.get("version", ""), (1, 1, 0)):
+        alpha = float(rank)  # as the library reads it: before 1.1.0 its LoRA scaled by 1, so it resets alpha to r
+    if not (folder / WEIGHTS_FILE).is_file():
+        raise InteropError(f"{folder}: {WEIGHTS_FILE} is missing; adapterlab reads safetensors only")
+    weights = safetensors.torch.load_file(str(folder / WEIGHTS_FILE))
+    head, layernorms, pooler, extra = _read_head(folder)
+    if layernorms:
+        raise _refuse(folder, f"{BACKBONE_FILE} holds LayerNorms, which adapterlab's LoRA does not train")
+    renamed = {}
+    for key, tensor in weights.items():
+        ours = key.replace(f".loras.{name}.", ".")
+        if not LAYER_NAME.fullmatch(ours) or not any(f".{LORA_TARGETS[t]}.lora_" in ours for t in ("query", "value")):
+            raise _refuse(folder, f"{WEIGHTS_FILE} holds {key}")
+        renamed[ours] = tensor
+
+    def apply(model):
+        expected = {f"{BASE}.encoder.layer.{i}.{LORA_TARGETS[t]}.{m}" for i in range(model.config.num_hidden_layers)
+                    for t in ("query", "value") for m in ("lora_A", "lora_B")}
+        if set(renamed) != expected:
+            raise InteropError(f"{folder}: its LoRA matrices are not one pair per query and value in each layer of "
+                               "this backbone: pass the --backbone it was trained on")
+        add_lora(model, rank=rank, alpha=alpha, targets="query_value", train_pooler=bool(pooler))
+        copy_into(model, {**renamed, **head, **extra}, str(folder))
+
+    return {"method": "lora", "base_model": hub.get("model_name") or "", "num_labels": head["classifier.weight"].shape[0],
+            "name": name, "apply": apply}

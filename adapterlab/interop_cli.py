@@ -11,7 +11,8 @@ def add_commands(commands) -> None:
         "export", help="write a run's adapter set as a folder AdapterHub (adapters) or PEFT loads",
         description="Houlsby, Pfeiffer and parallel adapters go to AdapterHub (DoubleSeqBn, SeqBn, ParBn; "
                     "model.load_adapter(DIR, use_safetensors=True, set_active=True)), LoRA to PEFT "
-                    "(PeftModel.from_pretrained(base, DIR)); the classifier head goes with them, safetensors only.")
+                    "(PeftModel.from_pretrained(base, DIR)) or, on query and value only, to AdapterHub's LoRAConfig; "
+                    "the classifier head goes with them, safetensors only.")
     export.add_argument("run", metavar="RUN_FOLDER", help="a folder written by `adapterlab train`")
     export.add_argument("--to", required=True, choices=list(TARGETS), help="the library whose format to write")
     export.add_argument("--out", required=True, metavar="DIR", help="a new or empty folder")

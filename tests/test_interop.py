@@ -162,14 +162,14 @@ def test_a_set_with_trained_layernorms_is_refused_without_the_flag_that_ships_th
     assert not (tmp_path / "hub").exists()
 
 
-@pytest.mark.parametrize(("method", "to", "message"), [
-    ("lora", "adapterhub", "LoRA set: export it with --to peft"),
-    ("houlsby", "peft", "houlsby adapter set: export it with --to adapterhub"),
-    ("bitfit", "peft", "bitfit set, which neither library has a format for"),
-    ("bitfit", "adapterhub", "bitfit set, which neither library has a format for"),
+@pytest.mark.parametrize(("method", "settings", "to", "message"), [
+    ("lora", {"lora_targets": "all_dense"}, "adapterhub", "no place for a LoRA on attention.output.dense.*--to peft"),
+    ("houlsby", {"train_layernorm": False}, "peft", "houlsby adapter set: export it with --to adapterhub"),
+    ("bitfit", {}, "peft", "bitfit set, which neither library has a format for"),
+    ("bitfit", {}, "adapterhub", "bitfit set, which neither library has a format for"),
 ])
-def test_what_a_library_cannot_hold_is_an_error_that_says_what_to_do(method, to, message, tmp_path):
-    run, _ = _our_set(tmp_path, method, **({"train_layernorm": False} if method == "houlsby" else {}))
+def test_what_a_library_cannot_hold_is_an_error_that_says_what_to_do(method, settings, to, message, tmp_path):
+    run, _ = _our_set(tmp_path, method, **settings)
     with pytest.raises(InteropError, match=message):
         export_set(run, to, tmp_path / "out")
 
@@ -216,6 +216,33 @@ def test_an_adapterhub_round_trip_gives_back_the_same_set(tmp_path):
     out, summary = import_set(hub, tmp_path / "back")
     assert summary["method"] == "pfeiffer" and summary["task"] == "sst2"
     assert (_evaluate_imported(out) - ours).abs().max().item() <= TOLERANCE
+
+
+def test_a_lora_of_query_and_value_goes_to_adapterhub_and_back(tmp_path, base_folder, adapterhub):
+    run, ours = _our_set(tmp_path, "lora", lora_rank=4, lora_alpha=12.0)
+    out = export_set(run, "adapterhub", tmp_path / "hub")
+    tensors, _ = adapterhub({"job": "load", "base": str(base_folder), "folder": str(out),
+                             "batch": _batch_file(tmp_path)}, tmp_path)
+    assert (tensors["logits"] - ours).abs().max().item() <= TOLERANCE
+    back, summary = import_set(out, tmp_path / "back")
+    assert summary["method"] == "lora"
+    assert (_evaluate_imported(back) - ours).abs().max().item() <= TOLERANCE
+
+
+@pytest.mark.parametrize("version", ["adapters.1.3.0", "adapters.1.0.1"])
+def test_a_lora_saved_by_adapterhub_imports_as_the_library_reads_it(version, tmp_path, base_folder, adapterhub):
+    """A LoRA config of a version below 1.1.0 is read by the library with alpha reset to r: so is it here."""
+    folder = tmp_path / "saved"
+    adapterhub({"job": "save", "base": str(base_folder), "folder": str(folder), "preset": "LoRAConfig",
+                "settings": {"r": 4, "alpha": 16, "attn_matrices": ["q", "v"]}, "name": "sst2", "seed": 5,
+                "scale": 0.2, "batch": _batch_file(tmp_path)}, tmp_path)
+    config = json.loads((folder / "adapter_config.json").read_text())
+    (folder / "adapter_config.json").write_text(json.dumps({**config, "version": version}))
+    tensors, _ = adapterhub({"job": "load", "base": str(base_folder), "folder": str(folder),
+                             "batch": _batch_file(tmp_path)}, tmp_path)
+    out, _ = import_set(folder, tmp_path / "imported", backbone=TINY)
+    assert (_evaluate_imported(out) - tensors["logits"]).abs().max().item() <= TOLERANCE
+    assert json.loads((out / "adapter_config.json").read_text())["lora"]["alpha"] == (16 if version.endswith("1.3.0") else 4)
 
 
 # --------------------------------------------------------------------------------------------------
