@@ -9,7 +9,10 @@ PyTorch first and then adapterlab with its test extras, and then:
 * ``lab``  — for instructors: opens JupyterLab on labs/, the notebooks with their solutions
   (extra arguments go to ``jupyter lab``);
 * ``test`` — runs the package tests and every lab under nbval in the fast CI profile
-  (extra arguments go to pytest, e.g. ``python3 run.py test tests/test_adapter.py``).
+  (extra arguments go to pytest, e.g. ``python3 run.py test tests/test_adapter.py``). It first makes the
+  reference adapter library's own environment, .venv-library (AdapterHub's ``adapters``, which pins another
+  transformers than .venv holds), for the tests that load exported adapters in it; where that cannot be made,
+  those tests are skipped and say why.
 
 Only the standard library is used here, so it runs on any Python ≥ 3.10 before anything is installed;
 everything else is done by the package, through the virtual environment's Python.
@@ -34,6 +37,10 @@ USAGE = """usage: python3 run.py lab --student   your copies of the labs, exerci
 Extra arguments go to jupyter lab or to pytest."""
 # The CPU build of this version lies on the build machines' disk; elsewhere pip takes the normal build.
 TORCH = "torch==2.13.0"
+# The reference adapter library in an environment of its own (benchmarks/library_env.sh makes the same one).
+LIBRARY_VENV = ROOT / ".venv-library"
+LIBRARY = ["adapters==1.3.0", "accelerate>=0.26"]
+LIBRARY_STAMP = LIBRARY_VENV / "adapterlab-library.txt"
 
 
 def venv_python() -> Path:
@@ -62,6 +69,26 @@ def ensure_environment() -> None:
     STAMP.write_text(wanted + "\n")
 
 
+def ensure_library_environment() -> None:
+    """Create .venv-library with AdapterHub's adapters unless it is there already; on failure say so and go on
+    (the tests that need it are skipped, naming it)."""
+    wanted = " ".join([TORCH, *LIBRARY])
+    python = LIBRARY_VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    if LIBRARY_STAMP.exists() and LIBRARY_STAMP.read_text().strip() == wanted and python.exists():
+        return
+    print(f"Creating the reference adapter library's environment in {LIBRARY_VENV} (first time only) ...", flush=True)
+    try:
+        if not python.exists():
+            venv.EnvBuilder(with_pip=True).create(LIBRARY_VENV)
+        install = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+        subprocess.run([*install, TORCH], check=True)
+        subprocess.run([*install, *LIBRARY], check=True)
+    except (OSError, subprocess.CalledProcessError) as error:
+        print(f"Could not make {LIBRARY_VENV} ({error}); the tests against AdapterHub will be skipped.", flush=True)
+        return
+    LIBRARY_STAMP.write_text(wanted + "\n")
+
+
 def write_student_copies(python: str) -> int:
     """Write or refresh the student copies in build/student/; the package keeps any copy the student edited."""
     return subprocess.call([python, "-m", "adapterlab", "student", "--out", os.path.relpath(STUDENT_DIR, ROOT)], cwd=ROOT)
@@ -86,6 +113,7 @@ def main(argv: list[str]) -> int:
                 return status
             folder = STUDENT_DIR
         return subprocess.call([python, "-m", "jupyter", "lab", str(folder), *extra], cwd=ROOT)
+    ensure_library_environment()
     env = dict(os.environ)
     env.setdefault("ADAPTERLAB_PROFILE", "ci")
     targets = extra or ["tests", "labs"]

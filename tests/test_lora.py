@@ -225,7 +225,7 @@ def test_best_linear_fit_needs_more_samples_than_parameters_per_output():
 # --------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("placement", ["houlsby", "pfeiffer"])
+@pytest.mark.parametrize("placement", ["houlsby"])
 def test_fold_adapters_gives_the_same_logits_and_the_original_architecture(make_classifier, batch, placement):
     original = make_classifier(seed=0)
     adapted = add_adapters(make_classifier(seed=0), placement, 8, activation="identity", init="houlsby", init_scale=1.0)
@@ -264,7 +264,8 @@ def test_fold_adapters_drops_switched_off_adapters(make_classifier, batch):
 
 @pytest.mark.parametrize(
     "placement, activation, message",
-    [("houlsby", "gelu", "nonlinearity"), ("pfeiffer", "relu", "nonlinearity"), ("parallel", "identity", "parallel")],
+    [("houlsby", "gelu", "nonlinearity"), ("pfeiffer", "identity", "A LayerNorm stands between"),
+     ("parallel", "identity", "parallel")],
 )
 def test_fold_adapters_refuses_and_leaves_the_model_unchanged(make_classifier, batch, placement, activation, message):
     adapted = add_adapters(make_classifier(seed=0), placement, 8, activation=activation, init_scale=0.3).eval()

@@ -16,7 +16,7 @@ import adapterlab
 PACKAGE = Path(adapterlab.__file__).parent
 LABS = PACKAGE.parent / "labs"
 #: Each layer may import only the layers before it (and itself).
-LAYERS = ["settings", "validation", "paths", "model", "methods", "training", "runs", "teaching", "legacy",
+LAYERS = ["settings", "validation", "paths", "model", "methods", "training", "runs", "interop", "teaching", "legacy",
           "doctor", "cli", "__main__", "__init__"]
 
 

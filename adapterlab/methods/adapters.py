@@ -55,6 +55,12 @@ def _count(config, placement: str, bottleneck: int = BOTTLENECK.default, train_l
     return {"adapters": counts["adapters"], **({"layernorm": counts["layernorm"]} if train_layernorm else {})}
 
 
+#: "pfeiffer" first computed Houlsby's FFN adapter alone, LN(h + Δ(h) + x); it now computes Pfeiffer's, the
+#: adapter reading the FFN's Add & Norm, LN(h + Δ(z) + x) with z = LN(h + x), as AdapterHub's SeqBnConfig. Its
+#: keys carry this mark, so a run of the former (in a student's own store) never stands in for the latter; the
+#: shipped runs of the former were moved out of the reference runs (data/reference_runs/houlsby_ffn/).
+KEY_MARKS = {"pfeiffer": {"adapter_reads": "add_and_norm_output"}}
+
 SUMMARIES = {
     "houlsby": "two adapters per layer, after attention and after the FFN (Houlsby et al. 2019)",
     "pfeiffer": "one adapter per layer, after the FFN's Add & Norm (Pfeiffer et al. 2020)",
@@ -70,4 +76,5 @@ for _placement in PLACEMENTS:
         prepare=lambda model, _p=_placement, **settings: add_adapters(model, _p, **settings),
         settings=tuple(s.name for s in ADAPTER_SETTINGS) + (TRAIN_POOLER.name,),
         own_settings=ADAPTER_SETTINGS, options=("layers", "parallel_scale", "bias"), saved=ADAPTER_SET, merge=fold_adapters,  # linear adapters only: ValueError else
-        count=lambda config, _p=_placement, **settings: _count(config, _p, **settings)))
+        count=lambda config, _p=_placement, **settings: _count(config, _p, **settings),
+        key_marks=KEY_MARKS.get(_placement, {})))

@@ -70,6 +70,29 @@ class CheckpointError(ValueError):
     """An adapter set cannot be saved or loaded; the message names the file and what is wrong."""
 
 
+def folder_kind(folder) -> str | None:
+    """"adapterlab", "peft" or "adapterhub": whose adapter_config.json the folder holds (None: none, or unknown)."""
+    path = Path(folder) / CONFIG_FILE
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    if config.get("format") == FORMAT:
+        return "adapterlab"
+    if "peft_type" in config:
+        return "peft"
+    if isinstance(config.get("config"), dict) and str(config.get("version", "")).startswith("adapters."):
+        return "adapterhub"
+    return None
+
+
+def describe_kind(kind: str | None) -> str:
+    return {"adapterlab": "an adapterlab adapter set", "peft": "a PEFT adapter folder",
+            "adapterhub": "an AdapterHub (adapters) adapter folder", None: "no adapter folder any of them reads"}[kind]
+
+
 def _present(model: nn.Module) -> list[tuple[SavedSet, dict]]:
     """The saved-set kinds the model is prepared for, each with its manifest entry."""
     found = ((kind, kind.describe(model)) for kind in saved_sets())
@@ -252,7 +275,10 @@ def read_adapter_config(directory) -> dict:
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise CheckpointError(f"{path} is not valid JSON ({error}); the adapter set is damaged") from error
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise CheckpointError(f"{path} is not an adapterlab adapter set (its 'format' is not {FORMAT!r})")
+        kind = folder_kind(directory)
+        hint = (f": it is {describe_kind(kind)}, whose adapter_config.json has another schema; `adapterlab import "
+                f"{directory} --out RUN_FOLDER` reads it into an adapter set") if kind in ("peft", "adapterhub") else ""
+        raise CheckpointError(f"{path} is not an adapterlab adapter set (its 'format' is not {FORMAT!r}){hint}")
     version = manifest.get("format_version")
     if isinstance(version, bool) or not isinstance(version, int) or version > FORMAT_VERSION:
         raise CheckpointError(
@@ -299,7 +325,7 @@ def _check_backbone(model: nn.Module, manifest: dict, path: Path) -> None:
         )
 
 
-def _read_tensors(directory: Path, manifest: dict) -> dict[str, torch.Tensor]:
+def read_tensors(directory: Path, manifest: dict) -> dict[str, torch.Tensor]:
     """The tensors the manifest names: the hidden file of its hash when a save stopped before its last
     rename, else adapters.safetensors; checked against the hash, read without unpickling."""
     pending = directory / _pending_name(manifest["sha256"])
@@ -378,7 +404,7 @@ def load_adapter_set(model: nn.Module, directory, strict: bool = True) -> dict:
     config_path = directory / CONFIG_FILE
     saved = _saved_setup(manifest, config_path)
     _check_backbone(model, manifest, config_path)
-    tensors = _read_tensors(directory, manifest)
+    tensors = read_tensors(directory, manifest)
     undo = _prepare(model, saved, config_path)
     try:
         expected = saved_parameters(model)

@@ -73,6 +73,9 @@ class Method:
     saved: SavedSet | None = None
     merge: Callable[[nn.Module], nn.Module] | None = None
     count: Callable[..., int] | None = None
+    #: What a run's key says beyond its settings: a mark that keeps runs of an earlier computation under the
+    #: same name from standing in for this one.
+    key_marks: dict = field(default_factory=dict)
     family: str = ""
     extra: dict = field(default_factory=dict)
 

@@ -100,15 +100,21 @@ _PARALLEL_EXPLANATION = (
     "attention block's output) and adds s·(W_up W_down x + c) beside the FFN, while the FFN's output dense "
     "reads GELU(intermediate(x)). The correction is linear in x, but the only path from x to the sum "
     "in the original module is the fixed identity residual; no weight of the original model acts "
-    "linearly on x there, so nothing can absorb it. Use a serial placement (houlsby or pfeiffer) to fold."
+    "linearly on x there, so nothing can absorb it. Use the houlsby placement to fold."
+)
+_ADD_NORM_EXPLANATION = (
+    "cannot fold a Pfeiffer adapter into the original architecture: it reads z = LayerNorm(h + x), the output of "
+    "the FFN's Add & Norm, and its output joins a second LayerNorm(h + W_up W_down z + c + x). A LayerNorm stands "
+    "between the dense layer and the adapter, so no weight of the dense layer can absorb it. Use the houlsby "
+    "placement to fold."
 )
 
 
 def fold_adapters(model: nn.Module) -> nn.Module:
     """Fold every serial linear adapter into its sublayer's dense layer and remove the adapters.
 
-    For a model prepared by :func:`adapterlab.placement.add_adapters` with placement houlsby or
-    pfeiffer and activation ``identity``: each ``dropout(dense(x))`` followed by the adapter becomes
+    For a model prepared by :func:`adapterlab.placement.add_adapters` with placement houlsby and
+    activation ``identity``: each ``dropout(dense(x))`` followed by the adapter becomes
     ``dropout(dense'(x))`` with ``dense' = fold_linear_adapter(dense, adapter)``, and the original
     BERT output module goes back in place. The result has exactly the original architecture: the
     same module types, state_dict keys and shapes, and parameter count; trainable flags are
@@ -120,8 +126,8 @@ def fold_adapters(model: nn.Module) -> nn.Module:
     ``set_adapters_enabled`` change nothing and are dropped, not folded.
 
     Changes the model in place and returns it (``copy.deepcopy`` first to keep the adapted model).
-    Everything is checked before the model is touched: a parallel adapter (see the error for why)
-    or a nonlinear one raises ValueError and leaves the model unchanged.
+    Everything is checked before the model is touched: a parallel or Pfeiffer adapter (see the errors for
+    why) or a nonlinear one raises ValueError and leaves the model unchanged.
     """
     if adapter_config(model) is None:
         raise PlacementError("this model has no adapters to fold; add them with add_adapters first")
@@ -129,6 +135,8 @@ def fold_adapters(model: nn.Module) -> nn.Module:
     for index, position, adapted in outputs:
         if adapted.mode != "serial":
             raise ValueError(f"layer {index} ({position}): {_PARALLEL_EXPLANATION}")
+        if adapted.reads_add_norm:
+            raise ValueError(f"layer {index} ({position}): {_ADD_NORM_EXPLANATION}")
         if not adapted.adapter.is_linear:
             raise ValueError(f"layer {index} ({position}): {_nonlinear_error(adapted.adapter)}")
     for _, _, adapted in outputs:

@@ -10,7 +10,10 @@ the very same ``dense``, ``dropout`` and ``LayerNorm`` (so parameter names and w
 
 * ``houlsby``  — an adapter after the dropout of *both* sublayers, before the residual add + LayerNorm
   (as in the original adapter-bert code): 2 adapters per layer.
-* ``pfeiffer`` — the same after the FFN only: 1 adapter per layer.
+* ``pfeiffer`` — 1 adapter per layer, at the FFN only, reading the output of the FFN's Add & Norm
+  (Pfeiffer et al. 2020/2021, as AdapterHub's SeqBnConfig computes it): with h = dropout(dense(·)) and x
+  the residual, z = LayerNorm(h + x), then LayerNorm(h + Δ(z) + x) — the same pretrained LayerNorm twice,
+  the adapter's residual the pre-add h.
 * ``parallel`` — a bottleneck alongside the FFN, reading the FFN's input and adding
   ``scale · up(f(down(x)))`` to its output (He et al. 2021): 1 per layer.
 
@@ -47,6 +50,8 @@ POSITIONS = {
     "pfeiffer": (("ffn", "serial"),),
     "parallel": (("ffn", "parallel"),),
 }
+#: Serial placements whose adapter reads the output of the sublayer's Add & Norm, not the sublayer's own output.
+READS_ADD_NORM = ("pfeiffer",)
 CONFIG_ATTRIBUTE = "adapterlab_config"
 
 
@@ -183,12 +188,16 @@ class AdaptedOutput(nn.Module):
     """A sublayer output (dense → dropout → LayerNorm(· + residual)) with an adapter inside.
 
     ``mode="serial"`` applies the adapter to the sublayer's output after dropout; ``mode="parallel"``
-    adds ``scale · adapter.delta(x)`` computed from the sublayer's input x. With ``enabled = False``
-    the original module runs instead, so a switched-off adapter costs nothing and changes nothing.
+    adds ``scale · adapter.delta(x)`` computed from the sublayer's input x. A serial adapter with
+    ``reads_add_norm`` (Pfeiffer's) reads z = LayerNorm(h + x) instead and gives LayerNorm(h + Δ(z) + x).
+    With ``enabled = False`` the original module runs instead, so a switched-off adapter costs nothing and
+    changes nothing.
     """
 
-    def __init__(self, original: nn.Module, adapter: BottleneckAdapter, mode: str, scale: float = 1.0):
+    def __init__(self, original: nn.Module, adapter: BottleneckAdapter, mode: str, scale: float = 1.0,
+                 reads_add_norm: bool = False):
         super().__init__()
+        self.reads_add_norm = reads_add_norm
         self.dense = original.dense
         self.dropout = original.dropout
         self.LayerNorm = original.LayerNorm
@@ -204,6 +213,8 @@ class AdaptedOutput(nn.Module):
         if not self.enabled:
             return self.original(hidden_states, input_tensor)
         h = self.dropout(self.dense(hidden_states))
+        if self.mode == "serial" and self.reads_add_norm:
+            return self.LayerNorm(h + self.adapter.delta(self.LayerNorm(h + input_tensor)) + input_tensor)
         if self.mode == "serial":
             h = self.adapter(h)
         else:
@@ -211,7 +222,8 @@ class AdaptedOutput(nn.Module):
         return self.LayerNorm(h + input_tensor)
 
     def extra_repr(self) -> str:
-        return f"mode={self.mode}, scale={self.scale}, enabled={self.enabled}"
+        reads = ", reads_add_norm=True" if self.reads_add_norm else ""
+        return f"mode={self.mode}, scale={self.scale}{reads}, enabled={self.enabled}"
 
 
 def encoder_layers(model: nn.Module) -> nn.ModuleList:
@@ -291,7 +303,8 @@ def add_adapters(model: nn.Module, placement: "str | AdapterConfig" = "houlsby",
                 config.bias,
             ).to(device=weight.device, dtype=weight.dtype)
             scale = config.parallel_scale if mode == "parallel" else 1.0
-            adapted = AdaptedOutput(output, adapter, mode, scale).train(output.training)  # the model's mode
+            adapted = AdaptedOutput(output, adapter, mode, scale, config.placement in READS_ADD_NORM)
+            adapted.train(output.training)  # the model's mode
             planned.append((all_layers[index], position, adapted))
     requires_grad = {name: p.requires_grad for name, p in model.named_parameters()}
     for layer, position, adapted in planned:

@@ -87,9 +87,10 @@ def run_key(task: str, config, backbone: str, train_split: Split, eval_split: Sp
 
 def key_settings(config) -> dict:
     """The settings part of a run's key (see :func:`run_key`)."""
-    reads = set(methods.get(config.method).settings)
+    method = methods.get(config.method)
+    reads = set(method.settings)
     own = {setting.name for setting in methods.registry.method_settings()}
-    settings = {"peak_learning_rate": config.peak_learning_rate}
+    settings = {"peak_learning_rate": config.peak_learning_rate, **method.key_marks}
     for name, setting in training_settings().items():
         value = getattr(config, name)
         if setting.in_key and not (name in own and name not in reads) and (

@@ -199,7 +199,10 @@ _LAYER = [
     ("add & LayerNorm", "layernorm"),
     ("hidden states out", "io"),
 ]
-_SLOTS = {"houlsby": {"A1", "A2"}, "pfeiffer": {"A2"}, "parallel": set()}
+_SLOTS = {"houlsby": {"A1", "A2"}, "pfeiffer": {"A3"}, "parallel": set()}
+#: Pfeiffer's adapter reads the output of the FFN's add & LayerNorm, and the same LayerNorm runs again after it.
+_PFEIFFER_LAYER = _LAYER[:7] + [("add & LayerNorm", "layernorm"), ("A3", "slot"),
+                                ("add & the same LayerNorm", "layernorm"), ("hidden states out", "io")]
 _BOX_W, _BOX_H = 2.0, 0.6
 
 
@@ -230,11 +233,11 @@ def placement_diagram(train_layernorm: bool = True) -> go.Figure:
     """
     fig = go.Figure()
     ln_color = COLORS["layernorm"] if train_layernorm else COLORS["frozen"]
-    ys = {i: float(i) for i in range(len(_LAYER))}
+    ys = {i: float(i) for i in range(len(_PFEIFFER_LAYER))}
     for column, placement in enumerate(("houlsby", "pfeiffer", "parallel")):
         x = 4.4 * column
         previous = None
-        for i, (label, kind) in enumerate(_LAYER):
+        for i, (label, kind) in enumerate(_PFEIFFER_LAYER if placement == "pfeiffer" else _LAYER):
             if kind == "slot" and label not in _SLOTS[placement]:
                 continue
             if kind == "slot":
@@ -246,22 +249,29 @@ def placement_diagram(train_layernorm: bool = True) -> go.Figure:
                 _arrow(fig, x, ys[previous] + _BOX_H / 2, x, ys[i] - _BOX_H / 2)
             previous = i
         _residual(fig, x, ys[0], ys[4])
-        _residual(fig, x, ys[4], ys[8])
+        _residual(fig, x, ys[4], ys[7] if placement == "pfeiffer" else ys[8])
+        if placement == "pfeiffer":  # z = LN(h + x) feeds the adapter; h and x join its output in the second add
+            _residual(fig, x, ys[4], ys[9])
+            right = x + _BOX_W / 2 + 0.35  # h, the FFN's output before the first add, round the right
+            fig.add_shape(type="path", path=f"M {x + _BOX_W / 2},{ys[6]} L {right},{ys[6]} L {right},{ys[9]}",
+                          line=dict(color="#999", dash="dot"))
+            _arrow(fig, right, ys[9], x + _BOX_W / 2, ys[9], color="#999")
         if placement == "parallel":
             y_mid = (ys[5] + ys[6]) / 2
             side = x + _BOX_W / 2 + 0.9
             _box(fig, side, y_mid, "adapter × s", COLORS["adapter"], width=1.4)
             _arrow(fig, x + 0.5, ys[4] + _BOX_H / 2, side, y_mid - _BOX_H / 2)
             _arrow(fig, side, y_mid + _BOX_H / 2, x + 0.5, ys[8] - _BOX_H / 2)
-        fig.add_annotation(x=x, y=len(_LAYER) - 0.3, text=f"<b>{placement}</b>", showarrow=False, font=dict(size=16))
+        fig.add_annotation(x=x, y=len(_PFEIFFER_LAYER) - 0.3, text=f"<b>{placement}</b>", showarrow=False,
+                           font=dict(size=16))
     legend = (("adapter (trained)", COLORS["adapter"]),
               (f"LayerNorm ({'trained' if train_layernorm else 'frozen'})", ln_color), ("frozen", COLORS["frozen"]))
     for name, color in legend:
         fig.add_scatter(x=[None], y=[None], mode="markers", name=name, marker=dict(size=14, symbol="square", color=color))
     fig.update_xaxes(visible=False, range=[-1.7, 11.8])
-    fig.update_yaxes(visible=False, range=[-0.6, len(_LAYER)])
+    fig.update_yaxes(visible=False, range=[-0.6, len(_PFEIFFER_LAYER)])
     fig.update_layout(
-        title="Where the adapters go in one BERT layer (dotted: residual connections)", template=TEMPLATE, height=640,
+        title="Where the adapters go in one BERT layer (dotted: residual connections)", template=TEMPLATE, height=700,
         margin=dict(l=10, r=10, t=60, b=10), font=dict(size=13), legend=dict(orientation="h", y=-0.02),
     )
     return fig

@@ -1,0 +1,393 @@
+"""AdapterHub's ``adapters`` folder format (version 1.3.0) for the three placements, written and read.
+
+A folder ``model.load_adapter(DIR, use_safetensors=True, set_active=True)`` loads (after ``adapters.init(model)``
+on a ``BertForSequenceClassification``; ``use_safetensors=True`` is needed, without it the library looks for
+``pytorch_adapter.bin`` only):
+
+* ``adapter_config.json`` — ``{"config": {...}, "name", "hidden_size", "model_type", "model_class",
+  "model_name", "version"}``. ``config`` is a bottleneck config (``"architecture": null``; any other
+  architecture names another method) with every field of BnConfig:
+
+  ========== ============ ========= ================== ================== ===========
+  placement  AdapterHub   mh/output original_ln_before residual_before_ln is_parallel
+  ========== ============ ========= ================== ================== ===========
+  houlsby    DoubleSeqBn  yes / yes no                 yes                no
+  pfeiffer   SeqBn        no / yes  yes                yes                no
+  parallel   ParBn        no / yes  no                 (unused)           yes, scaling s
+  ========== ============ ========= ================== ================== ===========
+
+  ``reduction_factor`` is d / r (the library builds ``int(d // reduction_factor)`` units), ``leave_out`` the
+  layers *without* adapters, ``non_linearity`` adapterlab's activation by transformers' name.
+* ``adapter.safetensors`` — ``bert.encoder.layer.{i}.{attention.output|output}.adapters.{name}.adapter_down.0``
+  and ``.adapter_up`` (weight, bias; an adapter without biases gets zero biases, which compute the same).
+* ``head_config.json`` and ``model_head.safetensors`` — the classifier, as the library saves a static head.
+* ``trained_backbone.safetensors`` — only with ``--backbone-tensors``: the backbone's trained LayerNorms and
+  pooler, which no AdapterHub adapter holds (the library keeps LayerNorms frozen). Load them after the adapter:
+  ``model.load_state_dict(safetensors.torch.load_file(DIR + "/trained_backbone.safetensors"), strict=False)``
+  (their names are the model's own). A set that trained them is refused without the option: it would load
+  and compute something else.
+
+A LoRA set of the query and value projections goes as AdapterHub's LoRAConfig (``selfattn_lora``, ``attn_matrices``
+q and v, ``alpha``; ``version`` 1.3.0, for the library resets alpha to r when it reads a LoRA of a version below
+1.1.0), its matrices as ``...attention.self.{query|value}.loras.{name}.lora_A`` / ``lora_B``. LoRA on every dense
+layer cannot go: AdapterHub's LoRA has no place on ``attention.output.dense`` (PEFT has: ``--to peft``).
+
+Where AdapterHub's own defaults differ (its presets use swish or ReLU, reduction factor 16 or 2, "bert" or
+"mam_adapter" init, frozen LayerNorms), the exported config says adapterlab's values; the init is recorded as
+the nearest AdapterHub scheme and matters only to training from scratch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+
+import safetensors.torch
+import torch
+
+from .common import (BASE, HUB_NAMES, LAYER_NAME, InteropError, copy_into, hub_name, layer_tensors,
+                      split_backbone_tensors, write_json)
+
+LIBRARY_VERSION = "adapters.1.3.0"
+CONFIG_FILE = "adapter_config.json"
+WEIGHTS_FILE = "adapter.safetensors"
+TORCH_WEIGHTS_FILE = "pytorch_adapter.bin"
+HEAD_CONFIG_FILE = "head_config.json"
+HEAD_FILE = "model_head.safetensors"
+BACKBONE_FILE = "trained_backbone.safetensors"
+#: Every field of AdapterHub's BnConfig at the value adapterlab's adapters compute (as adapters 1.3.0 writes it).
+BASE_CONFIG = {
+    "architecture": None, "adapter_residual_before_ln": False, "cross_adapter": False, "dropout": 0.0,
+    "factorized_phm_W": True, "factorized_phm_rule": False, "hypercomplex_nonlinearity": "glorot-uniform",
+    "init_weights": "bert", "init_weights_seed": None, "inv_adapter": None, "inv_adapter_reduction_factor": None,
+    "is_parallel": False, "learn_phm": True, "leave_out": [], "ln_after": False, "ln_before": False,
+    "mh_adapter": False, "non_linearity": "relu", "original_ln_after": True, "original_ln_before": False,
+    "output_adapter": True, "phm_bias": True, "phm_c_init": "normal", "phm_dim": 4, "phm_init_range": 0.0001,
+    "phm_layer": False, "phm_rank": 1, "reduction_factor": 16, "residual_before_ln": True, "scaling": 1.0,
+    "shared_W_phm": False, "shared_phm_rule": True, "stochastic_depth": 0.0, "use_gating": False,
+}
+#: The fields that place the adapter: what makes a config Houlsby's, Pfeiffer's or the parallel one.
+PLACEMENT_FIELDS = {
+    "houlsby": {"mh_adapter": True, "output_adapter": True, "original_ln_before": False, "residual_before_ln": True,
+                "is_parallel": False},
+    "pfeiffer": {"mh_adapter": False, "output_adapter": True, "original_ln_before": True, "residual_before_ln": True,
+                 "is_parallel": False},
+    "parallel": {"mh_adapter": False, "output_adapter": True, "original_ln_before": False, "residual_before_ln": True,
+                 "is_parallel": True},
+}
+#: The AdapterHub preset each placement is, for messages and docs.
+PRESET_NAMES = {"houlsby": "DoubleSeqBnConfig", "pfeiffer": "SeqBnConfig", "parallel": "ParBnConfig"}
+#: adapterlab's activation → transformers' name (what AdapterHub's non_linearity is looked up in).
+ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "silu": "swish", "swish": "swish", "tanh": "tanh", "identity": "linear"}
+FROM_ACTIVATION = {"gelu": "gelu", "relu": "relu", "swish": "silu", "silu": "silu", "tanh": "tanh", "linear": "identity"}
+INITS = {"houlsby": "houlsby", "zero_up": "mam_adapter", "bert": "bert"}
+SITES = {"attention": "attention.output", "ffn": "output"}
+
+
+def reduction_factor(d: int, r: int):
+    """A reduction factor for which AdapterHub builds exactly r units, ``int(d // factor) == r``; d / r itself when r
+    divides d. An InteropError when no float does (r > d)."""
+    factor = d / r
+    if factor.is_integer() and int(d // factor) == r:
+        return int(factor)
+    for _ in range(64):  # d / r rounded; step to the neighbouring floats until the library's floor gives r
+        if int(d // factor) == r:
+            return factor
+        factor = math.nextafter(factor, 0.0) if int(d // factor) < r else math.nextafter(factor, math.inf)
+    raise InteropError(f"AdapterHub sizes a bottleneck as int(d // reduction_factor); no reduction factor gives "
+                       f"r = {r} for d = {d}: export a set with a bottleneck of at most d")
+
+
+def _adapter_names(position: str, name: str) -> dict[str, str]:
+    site = SITES[position]
+    return {f"{site}.adapter.down.weight": f"{site}.adapters.{name}.adapter_down.0.weight",
+            f"{site}.adapter.down.bias": f"{site}.adapters.{name}.adapter_down.0.bias",
+            f"{site}.adapter.up.weight": f"{site}.adapters.{name}.adapter_up.weight",
+            f"{site}.adapter.up.bias": f"{site}.adapters.{name}.adapter_up.bias"}
+
+
+def write_adapterhub(manifest: dict, tensors: dict[str, torch.Tensor], folder: Path, *, name: str | None = None,
+                     backbone_tensors: bool = False) -> None:
+    """Write an adapterlab adapter set (houlsby, pfeiffer, parallel; LoRA of query and value) as an AdapterHub
+    folder (module docstring)."""
+    from ..model.placement import AdapterConfig
+
+    method = manifest.get("method", "adapters")
+    if method not in ("adapters", "lora"):
+        raise InteropError(f"this is a {method} set, which neither library has a format for: only adapters "
+                           "(--to adapterhub) and LoRA (--to peft) are exported")
+    d, n_layers = manifest["backbone"]["hidden_size"], manifest["backbone"]["num_layers"]
+    name = name or (manifest.get("extra") or {}).get("task") or "adapterlab"
+    if not name.isidentifier():
+        raise InteropError(f"the adapter's name must be a Python identifier (AdapterHub keeps it in a module name); "
+                           f"got {name!r}: pass --name")
+    if method == "lora":
+        lora = _lora_config(manifest)
+    else:
+        config = AdapterConfig.from_dict(manifest["adapter"])
+        if config.placement not in PLACEMENT_FIELDS:
+            raise InteropError(f"placement {config.placement!r} has no AdapterHub counterpart")
+    classifier, layernorms, pooler = split_backbone_tensors(tensors)
+    extra_tensors = {**layernorms, **pooler}
+    if extra_tensors and not backbone_tensors:
+        trained = " and ".join(what for what, group in (("LayerNorms", layernorms), ("pooler", pooler)) if group)
+        raise InteropError(
+            f"this set trained the backbone's {trained} ({len(extra_tensors)} tensors), which an AdapterHub adapter has "
+            "no place for (AdapterHub keeps LayerNorms frozen and the pooler is the backbone's): pass "
+            f"--backbone-tensors to write them beside the adapter in {BACKBONE_FILE} (load it after the adapter with "
+            "model.load_state_dict(safetensors.torch.load_file(...), strict=False)), or train with the LayerNorms frozen "
+            "(train_layernorm=False) and without --train-pooler")
+    if method == "lora":
+        hub_config, weights = _lora_weights(lora, tensors, name, n_layers)
+    else:
+        hub_config, weights = _adapter_weights(config, tensors, name, d, n_layers)
+    base = hub_name(manifest["backbone"]["name"]) or ""
+    common = {"hidden_size": d, "model_class": "BertForSequenceClassification", "model_name": base,
+              "model_type": "bert", "version": LIBRARY_VERSION}
+    write_json(folder / CONFIG_FILE, {"config": hub_config, "name": name, **common})
+    safetensors.torch.save_file(weights, str(folder / WEIGHTS_FILE))
+    num_labels = manifest["backbone"]["num_labels"]
+    write_json(folder / HEAD_CONFIG_FILE, {"config": None, "name": None, "num_labels": num_labels,
+                                           "label2id": {f"LABEL_{i}": i for i in range(num_labels)}, **common})
+    safetensors.torch.save_file({k: v.contiguous() for k, v in classifier.items()}, str(folder / HEAD_FILE))
+    if extra_tensors:
+        safetensors.torch.save_file({k: v.contiguous() for k, v in extra_tensors.items()}, str(folder / BACKBONE_FILE))
+
+
+def _adapter_weights(config, tensors: dict, name: str, d: int, n_layers: int) -> tuple[dict, dict]:
+    """The bottleneck config and the adapter tensors, by AdapterHub's names, of an adapterlab adapter set."""
+    from ..model.placement import POSITIONS
+
+    layers = config.layer_indices(n_layers)
+    hub_config = dict(BASE_CONFIG, **PLACEMENT_FIELDS[config.placement],
+                      non_linearity=ACTIVATIONS[config.activation], init_weights=INITS[config.init],
+                      reduction_factor=reduction_factor(d, config.bottleneck),
+                      leave_out=[i for i in range(n_layers) if i not in layers])
+    if config.placement == "parallel":
+        hub_config["scaling"] = float(config.parallel_scale)
+    by_layer = layer_tensors(tensors)
+    weights = {}
+    for index in layers:
+        for position, _ in POSITIONS[config.placement]:
+            for ours, theirs in _adapter_names(position, name).items():
+                tensor = by_layer.get(index, {}).get(ours)
+                if tensor is None and ours.endswith(".bias") and not config.bias:
+                    weight = by_layer[index][ours.replace(".bias", ".weight")]
+                    tensor = torch.zeros(weight.shape[0], dtype=weight.dtype)  # no bias computes as a zero bias
+                if tensor is None:
+                    raise InteropError(f"the set lacks {BASE}.encoder.layer.{index}.{ours}; it is damaged: train it again")
+                weights[f"{BASE}.encoder.layer.{index}.{theirs}"] = tensor.contiguous()
+    return hub_config, weights
+
+
+#: LoRAConfig as adapters 1.3.0 writes it, for adapterlab's LoRA of the query and value projections.
+LORA_CONFIG = {"architecture": "lora", "selfattn_lora": True, "intermediate_lora": False, "output_lora": False,
+               "attn_matrices": ["q", "v"], "composition_mode": "add", "dropout": 0.0, "dtype": None,
+               "init_weights": "lora", "init_weights_seed": None, "leave_out": [], "use_dora": False,
+               "use_gating": False, "vera_b": None, "vera_d": None}
+
+
+def _lora_config(manifest: dict):
+    from ..model.lora import LoRAConfig
+
+    lora = LoRAConfig.from_dict(manifest["lora"])
+    if lora.targets != "query_value":
+        raise InteropError("AdapterHub's LoRA has no place for a LoRA on attention.output.dense (it adapts the "
+                           "attention's query, key and value and the FFN's two dense layers): export this set with --to "
+                           "peft, or train with --lora-targets query_value")
+    return lora
+
+
+def _lora_weights(lora, tensors: dict, name: str, n_layers: int) -> tuple[dict, dict]:
+    """AdapterHub's LoRAConfig and the LoRA matrices by AdapterHub's names, of an adapterlab LoRA set."""
+    from ..model.lora import LORA_TARGETS
+
+    hub_config = dict(LORA_CONFIG, r=lora.rank, alpha=int(lora.alpha) if float(lora.alpha).is_integer() else lora.alpha)
+    by_layer, weights = layer_tensors(tensors), {}
+    for index in range(n_layers):
+        for target in lora.target_modules:
+            for matrix in ("lora_A", "lora_B"):
+                tensor = by_layer.get(index, {}).get(f"{LORA_TARGETS[target]}.{matrix}")
+                if tensor is None:
+                    raise InteropError(f"the set lacks layer {index}'s {target} {matrix}; it is damaged: train it again")
+                weights[f"{BASE}.encoder.layer.{index}.{LORA_TARGETS[target]}.loras.{name}.{matrix}"] = tensor.contiguous()
+    return hub_config, weights
+
+
+def _refuse(folder: Path, why: str) -> InteropError:
+    return InteropError(f"{folder}: {why}; no adapterlab placement computes what this adapter computes, so it is "
+                        "not imported (adapterlab imports DoubleSeqBn, SeqBn and ParBn adapters with adapterlab's options)")
+
+
+def placement_of(config: dict, folder: Path) -> str:
+    """Which adapterlab placement computes what an AdapterHub bottleneck config computes, or an InteropError."""
+    if config.get("architecture") is not None:
+        raise InteropError(f"{folder}: its adapter is a {config['architecture']} adapter; adapterlab imports "
+                           "bottleneck adapters from AdapterHub (and LoRA from PEFT)")
+    for field, value in (("ln_before", False), ("ln_after", False), ("use_gating", False), ("phm_layer", False),
+                         ("inv_adapter", None), ("original_ln_after", True), ("stochastic_depth", 0.0),
+                         ("dropout", 0.0)):
+        if config.get(field, BASE_CONFIG[field]) != value:
+            raise _refuse(folder, f"its config sets {field} = {config.get(field)!r} (adapterlab's adapters: {value!r})")
+    scaling = config.get("scaling", 1.0)
+    if isinstance(scaling, str):
+        raise _refuse(folder, f"its scaling is {scaling!r}, a trained scale")
+    found = {field: config.get(field, BASE_CONFIG[field]) for field in PLACEMENT_FIELDS["houlsby"]}
+    for placement, fields in PLACEMENT_FIELDS.items():
+        relevant = {k: v for k, v in fields.items() if not (placement == "parallel" and k in
+                                                            ("original_ln_before", "residual_before_ln"))}
+        if all(found[k] == v for k, v in relevant.items()):
+            if placement != "parallel" and float(scaling) != 1.0:
+                raise _refuse(folder, f"its serial adapter is scaled by {scaling}")
+            return placement
+    if found["mh_adapter"] is False and found["original_ln_before"] is False and not found["is_parallel"]:
+        raise _refuse(folder, "its adapter sits after the FFN only but reads the FFN's own output, not the output of its "
+                              "Add & Norm (the FFN half of Houlsby's placement, not Pfeiffer's SeqBnConfig)")
+    raise _refuse(folder, "its adapters sit where none of houlsby (DoubleSeqBn), pfeiffer (SeqBn) and parallel "
+                          f"(ParBn) put them ({found})")
+
+
+def read_adapterhub(folder: Path) -> dict:
+    """What an AdapterHub folder holds, checked, and how to put it into an adapterlab model (adapterlab.interop.convert.import_set)."""
+    from ..model.placement import POSITIONS, add_adapters
+
+    hub = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
+    config, name, d = hub["config"], hub.get("name"), hub.get("hidden_size")
+    if config.get("architecture") == "lora":
+        return _read_lora(folder, hub)
+    placement = placement_of(config, folder)
+    if hub.get("model_type", "bert") != "bert":
+        raise InteropError(f"{folder}: its adapter was made for a {hub.get('model_type')} model; adapterlab's "
+                           "backbones are BERT models")
+    activation = FROM_ACTIVATION.get(str(config.get("non_linearity", "")).lower())
+    if activation is None:
+        raise _refuse(folder, f"its nonlinearity {config.get('non_linearity')!r} is none of "
+                              f"{', '.join(FROM_ACTIVATION)}")
+    factor = config.get("reduction_factor")
+    if isinstance(factor, Mapping):
+        values = set(factor.values())
+        if len(values) != 1:
+            raise _refuse(folder, f"its bottleneck differs between layers ({factor})")
+        factor = values.pop()
+    bottleneck = int(d // factor)  # as the library sizes it
+    if not (folder / WEIGHTS_FILE).is_file():
+        other = " (it holds pytorch_adapter.bin: save it again with use_safetensors=True)" if (
+            folder / TORCH_WEIGHTS_FILE).is_file() else ""
+        raise InteropError(f"{folder}: {WEIGHTS_FILE} is missing{other}; adapterlab reads safetensors only")
+    weights = safetensors.torch.load_file(str(folder / WEIGHTS_FILE))
+    if not (folder / HEAD_FILE).is_file():
+        raise InteropError(f"{folder}: it has no {HEAD_FILE}, so no classifier to evaluate: save the adapter with "
+                           "with_head=True (and use_safetensors=True)")
+    head = safetensors.torch.load_file(str(folder / HEAD_FILE))
+    if set(head) != {"classifier.weight", "classifier.bias"}:
+        raise InteropError(f"{folder}: its head holds {sorted(head)}; adapterlab reads the static head of a "
+                           "BertForSequenceClassification (classifier.weight, classifier.bias)")
+    num_labels = head["classifier.weight"].shape[0]
+    extra = safetensors.torch.load_file(str(folder / BACKBONE_FILE)) if (folder / BACKBONE_FILE).is_file() else {}
+    _, layernorms, pooler = split_backbone_tensors(extra)
+    if set(extra) - set(layernorms) - set(pooler):
+        raise InteropError(f"{folder}: {BACKBONE_FILE} holds tensors other than LayerNorms and the pooler")
+    layer_weights = layer_tensors(weights)
+    adapted = sorted(layer_weights)
+    leave_out = set(config.get("leave_out") or [])
+    if set(adapted) & leave_out or any(not k.startswith(f"{BASE}.encoder.layer.") for k in weights):
+        raise InteropError(f"{folder}: {WEIGHTS_FILE} does not match its config (layers {adapted}, leave_out "
+                           f"{sorted(leave_out)})")
+    renamed = {}
+    for index in adapted:
+        for position, _ in POSITIONS[placement]:
+            for ours, theirs in _adapter_names(position, name).items():
+                tensor = layer_weights[index].pop(theirs, None)
+                if tensor is None:
+                    raise InteropError(f"{folder}: {WEIGHTS_FILE} lacks {BASE}.encoder.layer.{index}.{theirs}")
+                renamed[f"{BASE}.encoder.layer.{index}.{ours}"] = tensor
+        if layer_weights[index]:
+            raise _refuse(folder, f"layer {index} holds more than a {PRESET_NAMES[placement]} adapter: "
+                                  f"{sorted(layer_weights[index])[:3]}")
+    shapes = {t.shape for k, t in renamed.items() if k.endswith("down.weight")}
+    if shapes != {torch.Size([bottleneck, d])}:
+        raise InteropError(f"{folder}: its down-projections have shapes {sorted(map(list, shapes))}, its config says "
+                           f"[{bottleneck}, {d}]")
+
+    def apply(model):
+        n_layers = model.config.num_hidden_layers
+        if any(i >= n_layers for i in adapted) or any(i not in adapted for i in range(n_layers) if i not in leave_out):
+            raise InteropError(f"{folder}: its adapters sit in layers {adapted} of a model with other layers; "
+                               "pass the --backbone it was trained on")
+        settings = dict(bottleneck=bottleneck, activation=activation, layers=adapted,
+                        train_layernorm=bool(layernorms), train_pooler=bool(pooler))
+        if placement == "parallel":
+            settings["parallel_scale"] = float(config.get("scaling", 1.0))
+        add_adapters(model, placement, **settings)
+        copy_into(model, {**renamed, **head, **extra}, str(folder))
+
+    return {"method": placement, "base_model": hub.get("model_name") or "", "num_labels": num_labels, "name": name,
+            "apply": apply, "library": f"AdapterHub {PRESET_NAMES[placement]}", "hub_names": HUB_NAMES}
+
+
+def _version_below(version: str, least: tuple[int, ...]) -> bool:
+    digits = str(version).removeprefix("adapters.").split(".")
+    try:
+        return tuple(int(d) for d in digits[:3]) < least
+    except ValueError:
+        return False
+
+
+def _read_head(folder: Path) -> tuple[dict, dict, dict, dict]:
+    """(classifier, trained LayerNorms, trained pooler, all of the backbone tensors beside) of an AdapterHub folder."""
+    if not (folder / HEAD_FILE).is_file():
+        raise InteropError(f"{folder}: it has no {HEAD_FILE}, so no classifier to evaluate: save the adapter with "
+                           "with_head=True (and use_safetensors=True)")
+    head = safetensors.torch.load_file(str(folder / HEAD_FILE))
+    if set(head) != {"classifier.weight", "classifier.bias"}:
+        raise InteropError(f"{folder}: its head holds {sorted(head)}; adapterlab reads the static head of a "
+                           "BertForSequenceClassification (classifier.weight, classifier.bias)")
+    extra = safetensors.torch.load_file(str(folder / BACKBONE_FILE)) if (folder / BACKBONE_FILE).is_file() else {}
+    _, layernorms, pooler = split_backbone_tensors(extra)
+    if set(extra) - set(layernorms) - set(pooler):
+        raise InteropError(f"{folder}: {BACKBONE_FILE} holds tensors other than LayerNorms and the pooler")
+    return head, layernorms, pooler, extra
+
+
+def _read_lora(folder: Path, hub: dict) -> dict:
+    """An AdapterHub LoRA of the query and value projections in every layer (what adapterlab's LoRA computes)."""
+    from ..model.lora import LORA_TARGETS, add_lora
+
+    config, name = hub["config"], hub.get("name")
+    wanted = {"selfattn_lora": True, "intermediate_lora": False, "output_lora": False, "composition_mode": "add",
+              "dropout": 0.0, "use_gating": False, "use_dora": False, "vera_b": None, "vera_d": None, "leave_out": []}
+    for field, value in wanted.items():
+        if config.get(field, value) != value:
+            raise _refuse(folder, f"its LoRA sets {field} = {config.get(field)!r} (adapterlab's LoRA: {value!r})")
+    if sorted(config.get("attn_matrices") or []) != ["q", "v"]:
+        raise _refuse(folder, f"its LoRA adapts the attention matrices {config.get('attn_matrices')}; adapterlab's "
+                              "LoRA in AdapterHub's format adapts q and v")
+    rank, alpha = int(config["r"]), float(config.get("alpha", 8))
+    if _version_below(hub.get("version", ""), (1, 1, 0)):
+        alpha = float(rank)  # as the library reads it: before 1.1.0 its LoRA scaled by 1, so it resets alpha to r
+    if not (folder / WEIGHTS_FILE).is_file():
+        raise InteropError(f"{folder}: {WEIGHTS_FILE} is missing; adapterlab reads safetensors only")
+    weights = safetensors.torch.load_file(str(folder / WEIGHTS_FILE))
+    head, layernorms, pooler, extra = _read_head(folder)
+    if layernorms:
+        raise _refuse(folder, f"{BACKBONE_FILE} holds LayerNorms, which adapterlab's LoRA does not train")
+    renamed = {}
+    for key, tensor in weights.items():
+        ours = key.replace(f".loras.{name}.", ".")
+        if not LAYER_NAME.fullmatch(ours) or not any(f".{LORA_TARGETS[t]}.lora_" in ours for t in ("query", "value")):
+            raise _refuse(folder, f"{WEIGHTS_FILE} holds {key}")
+        renamed[ours] = tensor
+
+    def apply(model):
+        expected = {f"{BASE}.encoder.layer.{i}.{LORA_TARGETS[t]}.{m}" for i in range(model.config.num_hidden_layers)
+                    for t in ("query", "value") for m in ("lora_A", "lora_B")}
+        if set(renamed) != expected:
+            raise InteropError(f"{folder}: its LoRA matrices are not one pair per query and value in each layer of "
+                               "this backbone: pass the --backbone it was trained on")
+        add_lora(model, rank=rank, alpha=alpha, targets="query_value", train_pooler=bool(pooler))
+        copy_into(model, {**renamed, **head, **extra}, str(folder))
+
+    return {"method": "lora", "base_model": hub.get("model_name") or "", "num_labels": head["classifier.weight"].shape[0],
+            "name": name, "apply": apply}

@@ -1,0 +1,117 @@
+"""Take an adapter set to AdapterHub's ``adapters`` or Hugging Face ``peft``, and bring one back.
+
+``adapterlab export RUN_FOLDER --to adapterhub|peft --out DIR`` writes a folder that the library loads
+with its own public API, the classifier head included, safetensors only:
+
+* **AdapterHub** (houlsby, pfeiffer, parallel; :mod:`adapterlab.interop.adapterhub`):
+  ``adapters.init(model); model.load_adapter(DIR, use_safetensors=True, set_active=True)`` on a
+  ``BertForSequenceClassification`` of the same backbone. Houlsby is DoubleSeqBnConfig, Pfeiffer SeqBnConfig,
+  parallel ParBnConfig, each with adapterlab's bottleneck, nonlinearity and layers.
+* **PEFT** (lora; :mod:`adapterlab.interop.peft`): ``PeftModel.from_pretrained(base, DIR)``.
+
+``adapterlab import DIR --out RUN_FOLDER`` reads such a folder (written here or by the library itself) back
+into an adapter set that ``adapterlab evaluate`` loads. A folder whose computation no adapterlab method
+reproduces exactly is refused with a message that says why; nothing is ever loaded approximately.
+
+Both libraries call their manifest ``adapter_config.json``, and so does adapterlab: the three schemas differ
+(adapterlab's says ``"format": "adapterlab-adapter-set"``, PEFT's has a ``peft_type``, AdapterHub's a
+``config`` and a ``version`` starting with ``adapters.``), :func:`folder_kind` tells them apart, and every
+reader here names the kind it found when it is not the one it wants. An exported folder also holds
+``adapterlab_export.json`` (which set it came from: task, seed, method; neither library reads it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..methods.checkpoints import describe_kind, folder_kind
+from .common import (EXPORT_FILE, HUB_NAMES, InteropError, TARGETS, backbone_for, check_bert, export_record, read_export_record, read_set, write_json)
+
+
+def export_set(run_folder, target: str, out, *, name: str | None = None, backbone_tensors: bool = False,
+               overwrite: bool = False) -> Path:
+    """Write the run folder's adapter set as ``target``'s folder at ``out`` (whole or not at all); return ``out``.
+
+    ``backbone_tensors`` (AdapterHub only) writes trained backbone LayerNorms and a trained pooler, which an
+    AdapterHub adapter has no place for, beside it in ``trained_backbone.safetensors`` (see
+    :mod:`adapterlab.interop.adapterhub`); without it such a set is refused.
+    """
+    from ..runs.folder import commit_run_folder, discard_staging, prepare_run_folder
+
+    if target not in TARGETS:
+        raise InteropError(f"--to must be one of {', '.join(TARGETS)}; got {target!r}")
+    manifest, tensors = read_set(run_folder)
+    check_bert(manifest, tensors)
+    if target == "adapterhub":
+        from .adapterhub import write_adapterhub as write
+        options = {"name": name, "backbone_tensors": backbone_tensors}
+    else:
+        from .peft import write_peft as write
+        if backbone_tensors:
+            raise InteropError("--backbone-tensors is for --to adapterhub: a PEFT folder holds a trained pooler "
+                               "itself (modules_to_save), and LoRA sets train no LayerNorms")
+        options = {}
+    staging = prepare_run_folder(out, overwrite=overwrite)
+    try:
+        write(manifest, tensors, staging, **options)
+        write_json(staging / EXPORT_FILE, export_record(manifest, target))
+        commit_run_folder(staging, out)
+    finally:
+        discard_staging(staging)
+    return Path(out)
+
+
+def import_set(folder, out, *, backbone: str | None = None, task: str | None = None,
+               overwrite: bool = False) -> tuple[Path, dict]:
+    """Read an AdapterHub or PEFT folder into an adapterlab adapter set at ``out``; return ``out`` and a summary.
+
+    The backbone is the one the folder records (``backbone`` overrides it, and is needed for a random one);
+    the task the one ``adapterlab_export.json`` or the adapter's name says (``task`` overrides it).
+    """
+    from ..training.backbones import load_backbone
+    from ..methods.checkpoints import save_adapter_set
+    from ..training.data import TASKS, get_task
+    from ..runs.folder import commit_run_folder, discard_staging, prepare_run_folder
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise InteropError(f"{folder}: no such folder; pass a folder written by model.save_adapter / "
+                           "model.save_pretrained or by `adapterlab export`")
+    kind = folder_kind(folder)
+    if kind == "adapterlab":
+        raise InteropError(f"{folder} is already an adapterlab adapter set: `adapterlab evaluate --checkpoint "
+                           f"{folder}` reads it as it is")
+    if kind is None:
+        raise InteropError(f"{folder} holds {describe_kind(None)}: import reads a PEFT folder (adapter_config.json "
+                           "with a peft_type) or an AdapterHub one (adapter_config.json with a config and an "
+                           "adapters version)")
+    if kind == "peft":
+        from .peft import read_peft as read
+    else:
+        from .adapterhub import read_adapterhub as read
+    plan = read(folder)  # checks everything it can without the backbone
+    record = read_export_record(folder)
+    # a folder adapterlab exported names the adapterlab backbone it was trained on (a random one too)
+    name = backbone or backbone_for(plan["base_model"]) or (record.get("backbone") or {}).get("name")
+    if name is None:
+        raise InteropError(f"{folder} records the base model {plan['base_model']!r}, which is none of adapterlab's "
+                           f"backbones ({', '.join(HUB_NAMES.values())}): pass --backbone NAME")
+    task_name = task or record.get("task") or (plan.get("name") if plan.get("name") in TASKS else None)
+    if task_name is None:
+        raise InteropError(f"{folder} does not say which task its classifier was trained on: pass --task "
+                           f"({', '.join(TASKS)})")
+    task_name = get_task(task_name).name
+    seed = int(record.get("seed", 0))
+    staging = prepare_run_folder(out, overwrite=overwrite)
+    try:
+        model, _, info = load_backbone(name, num_labels=plan["num_labels"], fallback=False, seed=seed)
+        plan["apply"](model)
+        save_adapter_set(model, staging, backbone=info,
+                         extra={"task": task_name, "seed": seed,
+                                "imported_from": {"kind": kind, "folder": str(folder), "base_model": plan["base_model"]}})
+        commit_run_folder(staging, out)
+    finally:
+        discard_staging(staging)
+    return Path(out), {"kind": kind, "method": plan["method"], "backbone": info.loaded, "task": task_name}
+
+
