@@ -67,12 +67,22 @@ def write_student_copies(python: str) -> int:
     return subprocess.call([python, "-m", "adapterlab", "student", "--out", os.path.relpath(STUDENT_DIR, ROOT)], cwd=ROOT)
 
 
+def root_options(extra: list[str]) -> list[str]:
+    """JupyterLab refuses to start as root (a container, a lab machine's admin account) unless told
+    ``--allow-root``: pass it, and say so in one line."""
+    if getattr(os, "geteuid", lambda: 1)() != 0 or "--allow-root" in extra:
+        return []
+    print("run.py: running as root, so JupyterLab is started with --allow-root", flush=True)
+    return ["--allow-root"]
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] in (["-h"], ["--help"]):
         print(USAGE)
         return 0
     if not argv or argv[0] not in ("lab", "test"):
-        print(USAGE, file=sys.stderr)
+        said = f"unknown command {argv[0]!r}" if argv else "no command given"
+        print(f"run.py: {said}; use one of lab --student, lab, test\n{USAGE}", file=sys.stderr)
         return 2
     job, extra = argv[0], argv[1:]
     ensure_environment()
@@ -85,7 +95,7 @@ def main(argv: list[str]) -> int:
             if status != 0:
                 return status
             folder = STUDENT_DIR
-        return subprocess.call([python, "-m", "jupyter", "lab", str(folder), *extra], cwd=ROOT)
+        return subprocess.call([python, "-m", "jupyter", "lab", str(folder), *extra, *root_options(extra)], cwd=ROOT)
     env = dict(os.environ)
     env.setdefault("ADAPTERLAB_PROFILE", "ci")
     targets = extra or ["tests", "labs"]
