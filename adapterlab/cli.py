@@ -232,7 +232,7 @@ def _check_sizes(args) -> None:
 
     for dest, limit in _SIZE_OPTIONS.items():
         value = getattr(args, dest, None)
-        if value is not None:
+        if isinstance(value, int) and value >= 1:  # below 1: the checks of the settings themselves say so
             try:
                 check_size(f"--{dest.replace('_', '-')}", value, SIZE_LIMITS[limit])
             except ValueError as error:
