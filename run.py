@@ -67,13 +67,19 @@ def write_student_copies(python: str) -> int:
     return subprocess.call([python, "-m", "adapterlab", "student", "--out", os.path.relpath(STUDENT_DIR, ROOT)], cwd=ROOT)
 
 
-def root_options(extra: list[str]) -> list[str]:
-    """JupyterLab refuses to start as root (a container, a lab machine's admin account) unless told
-    ``--allow-root``: pass it, and say so in one line."""
+def jupyter_environment(extra: list[str]) -> dict:
+    """The environment JupyterLab starts in. As root (a container, a lab machine's admin account) JupyterLab
+    refuses to start unless allowed to: a config folder put first on ``JUPYTER_CONFIG_PATH`` allows it, and
+    one line says so (the user's own configuration is still read after it)."""
+    env = dict(os.environ)
     if getattr(os, "geteuid", lambda: 1)() != 0 or "--allow-root" in extra:
-        return []
-    print("run.py: running as root, so JupyterLab is started with --allow-root", flush=True)
-    return ["--allow-root"]
+        return env
+    folder = ROOT / "build" / "jupyter-as-root"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "jupyter_server_config.json").write_text('{"ServerApp": {"allow_root": true}}\n')
+    env["JUPYTER_CONFIG_PATH"] = os.pathsep.join(filter(None, [str(folder), env.get("JUPYTER_CONFIG_PATH")]))
+    print("run.py: running as root, so JupyterLab is started with root allowed (as --allow-root would)", flush=True)
+    return env
 
 
 def main(argv: list[str]) -> int:
@@ -95,7 +101,8 @@ def main(argv: list[str]) -> int:
             if status != 0:
                 return status
             folder = STUDENT_DIR
-        return subprocess.call([python, "-m", "jupyter", "lab", str(folder), *extra, *root_options(extra)], cwd=ROOT)
+        return subprocess.call([python, "-m", "jupyter", "lab", str(folder), *extra], cwd=ROOT,
+                               env=jupyter_environment(extra))
     env = dict(os.environ)
     env.setdefault("ADAPTERLAB_PROFILE", "ci")
     targets = extra or ["tests", "labs"]

@@ -26,6 +26,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -225,7 +226,7 @@ def recover_run_folder(out) -> str | None:
     real = _real(out)
     note = real.parent / hidden_name(real, "commit")
     if not note.is_file():
-        return None
+        return _clear_leftovers(real)
     try:
         names = json.loads(note.read_text(encoding="utf-8"))
         staging, aside = (real.parent / names[key] for key in ("staging", "aside"))
@@ -239,7 +240,8 @@ def recover_run_folder(out) -> str | None:
     had_new = staging.is_dir()
     _finish_commit(real, staging, aside)
     if not had_new:
-        return None
+        return _clear_leftovers(real)
+    _clear_leftovers(real)
     return (f"{out} now holds the run a process killed while writing it had finished (it was cut short between "
             "putting the old run aside and the new one in place)")
 
@@ -255,6 +257,20 @@ def recover_unlocked(out) -> str | None:
             return recover_run_folder(out)
     except RunFolderBusy:
         return None
+
+
+def _clear_leftovers(out: Path) -> str | None:
+    """Delete the staging and set-aside folders of killed writers of ``out`` (no live one is left: the caller
+    holds the lock); return a sentence saying so, or None when there were none."""
+    pattern = re.compile(re.escape(hidden_name(out, "")) + r"(incomplete|replaced)-[a-z0-9_]{8}")
+    found = [path for path in out.parent.iterdir() if pattern.fullmatch(path.name) and path.is_dir()
+             and not path.is_symlink()]
+    for path in found:
+        shutil.rmtree(path, ignore_errors=True)
+    if not found:
+        return None
+    return (f"removed {len(found)} unfinished folder{'s' if len(found) != 1 else ''} a stopped or killed run of "
+            f"{out} had left ({', '.join(sorted(p.name for p in found))})")
 
 
 class RunFolderBusy(RunFolderError):

@@ -291,6 +291,21 @@ def test_train_finishes_a_commit_cut_short_and_says_so(tmp_path, wrapper, capsys
     assert report(out)["config"]["seed"] == 5 and hidden_beside(out) == []
 
 
+def test_what_a_kill_9_left_is_cleared_by_the_next_train(tmp_path, wrapper, capsys):
+    out, gate = tmp_path / "run", tmp_path / "gate"
+    gate.touch()
+    killed = start(wrapper, "train", "--out", out, *FAST, HOLD_RUN="1", HOLD_STEP="2", HOLD_WHILE=str(gate))
+    wait_for(killed, "HELD")
+    killed.kill()
+    finish(killed)
+    gate.unlink()
+    left = hidden_beside(out)
+    assert any(".incomplete-" in name for name in left) and not out.exists()
+    assert main(["train", "--out", str(out), *FAST]) == OK  # the dead process's lock does not hold it back
+    assert "removed 1 unfinished folder a stopped or killed run" in capsys.readouterr().err
+    assert hidden_beside(out) == [] and report(out)["status"] == "complete"
+
+
 # ------------------------------------------------------------------------ 6. sizes within what a model can be
 
 
@@ -543,3 +558,53 @@ def test_record_ids_are_unchanged():
     for path in sorted((ROOT / "data" / "reference_runs").glob("*.json"))[:20]:
         record = json.loads(path.read_text())
         assert run_id(record["key"]) == record["id"] == path.stem
+
+
+# ------------------------------------------------------------------------ 14. run.py lab --student as root
+
+RUN_PY_WRAPPER = r'''
+import importlib.util, sys
+from pathlib import Path
+spec = importlib.util.spec_from_file_location("run_py", sys.argv[1])
+run = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(run)
+run.ensure_environment = lambda: None  # the environment is this one
+run.venv_python = lambda: Path(sys.executable)
+run.STUDENT_DIR = Path(sys.argv[2])
+sys.exit(run.main(sys.argv[3:]))
+'''
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs to run as root")
+def test_run_py_lab_student_starts_jupyterlab_as_root(tmp_path):
+    import socket
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    script = tmp_path / "run_py_wrapper.py"
+    script.write_text(RUN_PY_WRAPPER)
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER")}
+    environment.update(JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"), HOME=str(tmp_path), PYTHONPATH=str(ROOT))
+    server = subprocess.Popen([sys.executable, str(script), str(ROOT / "run.py"), str(tmp_path / "student"), "lab",
+                               "--student", "--no-browser", f"--port={port}", "--ServerApp.port_retries=0",
+                               "--IdentityProvider.token=", "--ServerApp.ip=127.0.0.1"],
+                              cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              start_new_session=True)
+    try:
+        deadline, status = time.monotonic() + 240, None
+        while time.monotonic() < deadline and server.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status", timeout=5) as answer:
+                    status = answer.status
+                    break
+            except OSError:
+                time.sleep(0.5)
+        assert status == 200, server.poll()
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)  # the group this test started: run.py and its JupyterLab
+        output, _ = server.communicate(timeout=60)
+    assert "running as root, so JupyterLab is started with root allowed" in output
+    assert "Running as root is not recommended" not in output
+    assert (tmp_path / "student").is_dir()
