@@ -10,7 +10,9 @@ One exit-code policy:
 * 0  the command did what was asked;
 * 1  it failed while working (training diverged, a data file or notebook is damaged, a write failed);
 * 2  usage: an argument is wrong (a bad value, a missing folder, a non-empty ``--out``); nothing was done;
-* 130  interrupted (Ctrl-C). ``train`` still writes the run it has so far (marked "interrupted").
+* 130  interrupted (Ctrl-C, or SIGTERM, which is handled the same way). ``train`` still writes the run it
+  has so far (marked "interrupted"); ``sweep`` and ``ablate`` keep the runs they completed, never the one
+  they cut short.
 """
 
 from __future__ import annotations

@@ -608,3 +608,14 @@ def test_run_py_lab_student_starts_jupyterlab_as_root(tmp_path):
     assert "running as root, so JupyterLab is started with root allowed" in output
     assert "Running as root is not recommended" not in output
     assert (tmp_path / "student").is_dir()
+
+
+def test_train_writes_nothing_outside_out_and_its_parent(tmp_path, monkeypatch, capsys):
+    work, parent = tmp_path / "work", tmp_path / "parent"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    assert main(["train", "--out", str(parent / "run"), *FAST]) == OK
+    assert main(["train", "--out", str(parent / "run"), *FAST, "--overwrite"]) == OK
+    written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    assert written == ["parent", "parent/run", "parent/run/adapter_config.json", "parent/run/adapters.safetensors",
+                       "parent/run/metrics.json", "work"]
