@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import sys
 from pathlib import Path
 
@@ -321,15 +320,18 @@ def _train_into(args, task, config, staging, saved_methods, save_adapter_set) ->
                                 max_train=args.max_train, max_eval=args.max_eval)
         report = {"status": "interrupted" if result.interrupted else "complete", "task": task, **result.to_dict()}
         report["checkpoint"] = str(out) if config.method in saved_methods else None
+        def save(folder):
+            save_adapter_set(result.model, folder, backbone=result.backbone_info,
+                             extra={"task": task, "seed": config.seed, "metrics": result.metrics})
+
+        if not report["checkpoint"]:
+            report["note"] = f"method {config.method} trains the backbone's own weights: no adapter set is written"
         try:
             if report["checkpoint"]:
-                save_adapter_set(result.model, staging, backbone=result.backbone_info,
-                                 extra={"task": task, "seed": config.seed, "metrics": result.metrics})
-            else:
-                report["note"] = f"method {config.method} trains the backbone's own weights: no adapter set is written"
+                save(staging)
             write_metrics(staging, report)
         except OSError as error:
-            raise CommandError(_lost_write(out, error, result)) from None
+            raise CommandError(_lost_write(out, error, result, report, save)) from None
         keep = True
         commit_run_folder(staging, out)
         keep = False
@@ -357,24 +359,26 @@ def _train_into(args, task, config, staging, saved_methods, save_adapter_set) ->
     return OK
 
 
-def _lost_write(out: Path, error: OSError, result) -> str:
-    """The message for a run trained in full whose files could not be written: why, and where its metrics
-    went instead (a file in the system's temporary folder, often another disk), or that they are lost."""
-    import json
+def _lost_write(out: Path, error: OSError, result, report: dict, save) -> str:
+    """The message for a run trained in full whose files could not be written: why, and where it was kept
+    instead (a folder in the system's temporary folder, often another disk), or that it is lost."""
+    import shutil
     import tempfile
 
-    from .run_folder import os_error_reason
-    from .validation import json_safe
+    from .run_folder import os_error_reason, write_metrics
 
+    kept = None
     try:
-        handle, path = tempfile.mkstemp(prefix="adapterlab-run-", suffix=".json")
-        with os.fdopen(handle, "w", encoding="utf-8") as file:
-            json.dump(json_safe({"status": "interrupted" if result.interrupted else "complete", "out": str(out),
-                                 **result.to_dict()}), file, indent=2, allow_nan=False)
-        kept = f"its metrics and history are kept in {path}"
+        kept = Path(tempfile.mkdtemp(prefix="adapterlab-run-"))
+        if report.get("checkpoint"):
+            save(kept)
+        write_metrics(kept, {**report, "checkpoint": str(kept) if report.get("checkpoint") else None})
+        where = f"it is kept in {kept}"
     except OSError:
-        kept = "nothing of it could be kept"
-    return (f"the run trained, but writing it to {out} failed ({os_error_reason(error)}); {kept}. Free space or "
+        if kept is not None:
+            shutil.rmtree(kept, ignore_errors=True)
+        where = "nothing of it could be kept"
+    return (f"the run trained, but writing it to {out} failed ({os_error_reason(error)}); {where}. Free space or "
             "choose another --out, then train again")
 
 

@@ -31,8 +31,15 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .checkpoints import CONFIG_FILE, PENDING_TENSORS, SAVED_METHODS, TEMPORARY, TENSORS_FILE, read_adapter_config
-from .checkpoints import write_durably
+from .checkpoints import (
+    CONFIG_FILE,
+    PENDING_TENSORS,
+    SAVED_METHODS,
+    TEMPORARY,
+    TENSORS_FILE,
+    read_adapter_config,
+    write_durably,
+)
 from .validation import json_safe
 
 METRICS_FILE = "metrics.json"

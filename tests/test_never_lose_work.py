@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -391,9 +392,10 @@ def test_a_disk_that_fills_during_training_keeps_the_run_and_says_where(tmp_path
         assert len(lines) == 1 and "the disk is full" in lines[0] and "Errno" not in lines[0], err
         kept = Path(lines[0].split("kept in ")[1].split(". ")[0])
         try:
-            assert json.loads(kept.read_text())["status"] == "complete"
+            assert is_run_folder(kept) and report(kept)["status"] == "complete"
+            load_adapter_set(load_backbone(TINY)[0], kept)
         finally:
-            kept.unlink()
+            shutil.rmtree(kept, ignore_errors=True)
         assert not out.exists()
 
 
