@@ -298,6 +298,8 @@ def train_command(args) -> int:
                              epochs=args.epochs, batch_size=args.batch_size, seed=args.seed,
                              progress=not args.no_progress, precision=args.precision)
         check_glue_setting(args.data, task)
+    if _process_rank() > 0:  # torchrun / accelerate: every process trains, the first one writes the run
+        return _train_without_writing(args, task, config)
     with contextlib.ExitStack() as held:
         with usage_errors():
             held.enter_context(claim_run_folder(args.out))  # a second train into the same --out stops here
@@ -306,6 +308,26 @@ def train_command(args) -> int:
                 print(f"adapterlab train: {recovered}", file=sys.stderr)
             staging = prepare_run_folder(args.out, overwrite=args.overwrite)
         return _train_into(args, task, config, staging, SAVED_METHODS, save_adapter_set)
+
+
+def _process_rank() -> int:
+    """This process's rank among the processes torchrun or accelerate started (0 when there is one)."""
+    import os
+
+    try:
+        return int(os.environ.get("RANK", "0"))
+    except ValueError:
+        return 0
+
+
+def _train_without_writing(args, task, config) -> int:
+    """train_command in a process other than the first of a multi-process run: it trains its share (the
+    processes step together) and leaves --out, its lock and its staging folder to the first process."""
+    from .training import run_experiment
+
+    result = run_experiment(task, config, backbone=args.backbone, data_dir=args.data, max_train=args.max_train,
+                            max_eval=args.max_eval)
+    return INTERRUPTED if result.interrupted else OK
 
 
 def _train_into(args, task, config, staging, saved_methods, save_adapter_set) -> int:

@@ -621,3 +621,21 @@ def test_train_writes_nothing_outside_out_and_its_parent(tmp_path, monkeypatch, 
     written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
     assert written == ["parent", "parent/run", "parent/run/adapter_config.json", "parent/run/adapters.safetensors",
                        "parent/run/metrics.json", "work"]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="torchrun's gloo rendezvous is not supported on Windows")
+def test_torchrun_train_writes_one_run_from_the_first_process(tmp_path):
+    import shutil as shell_tools
+
+    torchrun = shell_tools.which("torchrun", path=str(Path(sys.executable).parent)) or shell_tools.which("torchrun")
+    if torchrun is None:
+        pytest.skip("torchrun is not installed")
+    environment = {k: v for k, v in os.environ.items() if k not in ("ADAPTERLAB_DATA", "WORLD_SIZE", "RANK")}
+    environment.update(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    out = tmp_path / "run"
+    done = subprocess.run([torchrun, "--standalone", "--nproc_per_node", "2", "-m", "adapterlab", "train",
+                           "--out", str(out), *FAST], cwd=ROOT, env=environment, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "being written by another" not in done.stderr
+    assert report(out)["status"] == "complete" and hidden_beside(out) == []
