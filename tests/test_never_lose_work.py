@@ -493,6 +493,20 @@ def test_files_never_hold_a_bare_nan(tmp_path, make_classifier):
     assert json_safe({"a": (float("nan"), 1, True, "x")}) == {"a": [None, 1, True, "x"]}
 
 
+def test_evaluate_prints_null_and_says_why_for_a_nan_metric(tmp_path, capsys, monkeypatch):
+    from adapterlab import evaluation
+
+    out = tmp_path / "run"
+    assert main(["train", "--out", str(out), *FAST]) == OK
+    monkeypatch.setattr(evaluation, "evaluate", lambda *args, **kwargs: {"accuracy": 0.5, "loss": float("nan")})
+    capsys.readouterr()
+    assert main(["evaluate", "--checkpoint", str(out)]) == OK
+    last = capsys.readouterr().out.splitlines()[-1]
+    printed = json.loads(last, parse_constant=lambda name: pytest.fail(f"bare {name} in {last}"))
+    assert printed["metrics"] == {"accuracy": 0.5, "loss": None}
+    assert printed["status"] == "non-finite" and "loss came out NaN or infinite" in printed["why"]
+
+
 # ------------------------------------------------------------------------ 12. arguments: one line, the right code
 
 
