@@ -342,6 +342,7 @@ def _train_into(args, task, config, staging, saved_methods, save_adapter_set) ->
                                 max_train=args.max_train, max_eval=args.max_eval)
         report = {"status": "interrupted" if result.interrupted else "complete", "task": task, **result.to_dict()}
         report["checkpoint"] = str(out) if config.method in saved_methods else None
+
         def save(folder):
             save_adapter_set(result.model, folder, backbone=result.backbone_info,
                              extra={"task": task, "seed": config.seed, "metrics": result.metrics})
