@@ -10,7 +10,9 @@ One exit-code policy:
 * 0  the command did what was asked;
 * 1  it failed while working (training diverged, a data file or notebook is damaged, a write failed);
 * 2  usage: an argument is wrong (a bad value, a missing folder, a non-empty ``--out``); nothing was done;
-* 130  interrupted (Ctrl-C). ``train`` still writes the run it has so far (marked "interrupted").
+* 130  interrupted (Ctrl-C, or SIGTERM, which is handled the same way). ``train`` still writes the run it
+  has so far (marked "interrupted"); ``sweep`` and ``ablate`` keep the runs they completed, never the one
+  they cut short.
 """
 
 from __future__ import annotations
@@ -34,15 +36,6 @@ class CommandError(Exception):
     def __init__(self, message: str, code: int = FAILED):
         super().__init__(message)
         self.code = code
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with the package's one error line: ``adapterlab COMMAND: message`` (see --help), exit 2."""
-
-    def error(self, message):
-        command = self.prog.split()[-1] if self.prog != "adapterlab" else "adapterlab"
-        raise CommandError(f"{message} (see: python -m adapterlab {'' if command == 'adapterlab' else command + ' '}"
-                           "--help)", USAGE)
 
 
 @contextlib.contextmanager
@@ -69,6 +62,15 @@ def _training_config(args, **fixed):
     if allowed is not None and args.method not in allowed:
         raise ValueError(f"method must be one of {', '.join(allowed)} here; got {args.method!r}")
     return config_from_args(args, **fixed)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with the project's error style: one line naming the command, the option and what to do,
+    instead of the whole usage text (exit 2)."""
+
+    def error(self, message):
+        print(f"{self.prog}: {message}; `{self.prog} --help` lists the options", file=sys.stderr)
+        sys.exit(USAGE)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -199,6 +201,48 @@ def _check_rows(flag: str, value: int | None) -> None:
         raise CommandError(f"{flag} must be a number of rows >= 1; got {value}", USAGE)
 
 
+#: The size options and the limit of each (adapterlab.validation.SIZE_LIMITS); the seed has its own range.
+_SIZE_OPTIONS = {"bottleneck": "bottleneck", "lora_rank": "rank", "top_k": "top_k", "num_labels": "num_labels",
+                 "batch_size": "batch_size", "max_train": "rows", "max_eval": "rows", "eval_rows": "rows",
+                 "max_steps": "steps", "eval_every": "eval_every", "validation_rows": "rows"}
+
+
+def _check_sizes(args) -> None:
+    """Every size option within what a model can be, and the seed within what the generators take: one
+    line naming the option (exit 2) before anything is built."""
+    from .validation import SIZE_LIMITS, check_seed, check_size
+
+    for dest, limit in _SIZE_OPTIONS.items():
+        value = getattr(args, dest, None)
+        if isinstance(value, int) and value >= 1:  # below 1: the checks of the settings themselves say so
+            try:
+                flag = settings()[dest].flags[0] if dest in settings() else f"--{dest.replace('_', '-')}"
+                check_size(flag, value, SIZE_LIMITS[limit])
+            except ValueError as error:
+                raise CommandError(str(error), USAGE) from None
+    if getattr(args, "seed", None) is not None:
+        try:
+            check_seed("--seed", args.seed)
+        except ValueError as error:
+            raise CommandError(str(error), USAGE) from None
+
+
+#: The signal that stopped the command, when it was not Ctrl-C (SIGTERM: a scheduler or `kill`).
+_STOPPED_BY: list[str] = []
+
+
+def _stopped() -> str:
+    return f"interrupted ({_STOPPED_BY[-1]})" if _STOPPED_BY else "interrupted"
+
+
+def _terminate_like_ctrl_c(signum, frame) -> None:
+    """SIGTERM is handled as Ctrl-C: the command stops where it is, keeps what is complete and exits 130."""
+    import signal
+
+    _STOPPED_BY.append(signal.Signals(signum).name)
+    raise KeyboardInterrupt
+
+
 def _diverged_report(task: str, config, error) -> dict:
     """metrics.json for a run that diverged: no metrics and no adapter set, but the partial history and
     what the run was (config, backbone, data), so the failure can be read afterwards."""
@@ -223,43 +267,121 @@ def train_command(args) -> int:
     """
     from .methods import saveable
     from .methods.checkpoints import save_adapter_set
+    from .runs.folder import claim_run_folder, prepare_run_folder, recover_run_folder
     from .training.data import check_glue_setting, get_task
-    from .runs.folder import commit_run_folder, discard_staging, prepare_run_folder, write_metrics
-    from .training import TrainingDiverged, run_experiment
 
     task = get_task(args.task).name
     _check_rows("--max-train", args.max_train)
     _check_rows("--max-eval", args.max_eval)
+    _check_sizes(args)
     with usage_errors():
         config = _training_config(args)
         check_glue_setting(args.data, task)
-        staging = prepare_run_folder(args.out, overwrite=args.overwrite)
+    if _process_rank() > 0:  # torchrun / accelerate: every process trains, the first one writes the run
+        return _train_without_writing(args, task, config)
+    with contextlib.ExitStack() as held:
+        with usage_errors():
+            held.enter_context(claim_run_folder(args.out))  # a second train into the same --out stops here
+            recovered = recover_run_folder(args.out)
+            if recovered:
+                print(f"adapterlab train: {recovered}", file=sys.stderr)
+            staging = prepare_run_folder(args.out, overwrite=args.overwrite)
+        return _train_into(args, task, config, staging, saveable(), save_adapter_set)
+
+
+def _process_rank() -> int:
+    """This process's rank among the processes torchrun or accelerate started (0 when there is one)."""
+    import os
+
+    try:
+        return int(os.environ.get("RANK", "0"))
+    except ValueError:
+        return 0
+
+
+def _train_without_writing(args, task, config) -> int:
+    """train_command in a process other than the first of a multi-process run: it trains its share (the
+    processes step together) and leaves --out, its lock and its staging folder to the first process."""
+    from .training import run_experiment
+
+    result = run_experiment(task, config, backbone=args.backbone, data_dir=args.data, max_train=args.max_train,
+                            max_eval=args.max_eval)
+    return INTERRUPTED if result.interrupted else OK
+
+
+def _train_into(args, task, config, staging, saved_methods, save_adapter_set) -> int:
+    """train_command once --out is claimed and its staging folder made: train, write, commit."""
+    from .runs.folder import commit_run_folder, discard_staging, os_error_reason, write_metrics
+    from .training import TrainingDiverged, run_experiment
+
     out = Path(args.out)
+    keep = False  # a run written whole whose commit failed stays in its staging folder, and the message says so
     try:
         result = run_experiment(task, config, backbone=args.backbone, data_dir=args.data,
                                 max_train=args.max_train, max_eval=args.max_eval)
         report = {"status": "interrupted" if result.interrupted else "complete", "task": task, **result.to_dict()}
-        report["checkpoint"] = str(out) if config.method in saveable() else None
-        if report["checkpoint"]:
-            save_adapter_set(result.model, staging, backbone=result.backbone_info,
+        report["checkpoint"] = str(out) if config.method in saved_methods else None
+
+        def save(folder):
+            save_adapter_set(result.model, folder, backbone=result.backbone_info,
                              extra={"task": task, "seed": config.seed, "metrics": result.metrics})
-        else:
+
+        if not report["checkpoint"]:
             report["note"] = f"method {config.method} trains the backbone's own weights: no adapter set is written"
-        write_metrics(staging, report)
+        try:
+            if report["checkpoint"]:
+                save(staging)
+            write_metrics(staging, report)
+        except OSError as error:
+            raise CommandError(_lost_write(out, error, result, report, save)) from None
+        keep = True
         commit_run_folder(staging, out)
+        keep = False
     except TrainingDiverged as error:
         write_metrics(staging, _diverged_report(task, config, error))
+        keep = True
         commit_run_folder(staging, out)
+        keep = False
         raise CommandError(f"{error}. The partial history is in {out}/metrics.json") from None
+    except OSError as error:
+        if keep:
+            raise CommandError(f"the run is written whole but could not take the place of {out} "
+                               f"({os_error_reason(error)}); it is kept in {staging}: rename that folder to use "
+                               "it") from None
+        raise
     finally:
-        discard_staging(staging)  # a run that failed before it was written; after a commit there is nothing left
+        if not keep:
+            discard_staging(staging)  # a run that failed before it was written; after a commit there is nothing left
     print(result.summary(sources=not config.progress))  # with progress on, run_experiment printed them
     print(f"wrote {out / 'metrics.json'}" + (f" and the adapter set in {out}" if report["checkpoint"] else ""))
     if result.interrupted:
-        print(f"adapterlab train: interrupted after {len(result.history.steps)} steps; {out} holds the run so far "
+        print(f"adapterlab train: {_stopped()} after {len(result.history.steps)} steps; {out} holds the run so far "
               "(metrics.json says \"interrupted\")", file=sys.stderr)
         return INTERRUPTED
     return OK
+
+
+def _lost_write(out: Path, error: OSError, result, report: dict, save) -> str:
+    """The message for a run trained in full whose files could not be written: why, and where it was kept
+    instead (a folder in the system's temporary folder, often another disk), or that it is lost."""
+    import shutil
+    import tempfile
+
+    from .runs.folder import os_error_reason, write_metrics
+
+    kept = None
+    try:
+        kept = Path(tempfile.mkdtemp(prefix="adapterlab-run-"))
+        if report.get("checkpoint"):
+            save(kept)
+        write_metrics(kept, {**report, "checkpoint": str(kept) if report.get("checkpoint") else None})
+        where = f"it is kept in {kept}"
+    except OSError:
+        if kept is not None:
+            shutil.rmtree(kept, ignore_errors=True)
+        where = "nothing of it could be kept"
+    return (f"the run trained, but writing it to {out} failed ({os_error_reason(error)}); {where}. Free space or "
+            "choose another --out, then train again")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -271,15 +393,21 @@ def evaluate_command(args) -> int:
     """`adapterlab evaluate`: load a run folder's adapter set into its backbone and score it on the dev set
     of the task it was trained on; print the metrics (the last line is JSON)."""
     import json
+    import math
 
-    from .training.backbones import load_backbone
     from .methods.checkpoints import load_adapter_set
+    from .runs.folder import adapter_set_config, recover_unlocked
+    from .training.backbones import load_backbone
     from .training.data import check_glue_setting, get_task, load_split, tokenize
     from .training.evaluation import evaluate, pick_device
-    from .runs.folder import adapter_set_config
+    from .validation import json_safe
 
     _check_rows("--max-eval", args.max_eval)
+    _check_sizes(args)
     with usage_errors():
+        recovered = recover_unlocked(args.checkpoint)
+        if recovered:
+            print(f"adapterlab evaluate: {recovered}", file=sys.stderr)
         manifest = adapter_set_config(args.checkpoint)
         extra = manifest.get("extra") or {}
         trained_on = extra.get("task")
@@ -297,7 +425,13 @@ def evaluate_command(args) -> int:
     metrics = evaluate(model, tokenize(split, tokenizer), device=pick_device("auto"))
     print(info.describe())
     print(f"eval: {split.describe()}")
-    print(json.dumps({"task": task.name, "metrics": metrics, "toy_data": split.is_toy}))
+    broken = sorted(name for name, value in metrics.items()
+                    if isinstance(value, float) and not math.isfinite(value))
+    status = {"status": "complete"} if not broken else {
+        "status": "non-finite", "why": f"{', '.join(broken)} came out NaN or infinite (shown as null): the adapter set "
+                                       "or the backbone overflowed on these rows"}
+    print(json.dumps(json_safe({"task": task.name, "metrics": metrics, "toy_data": split.is_toy, **status}),
+                     allow_nan=False))
     return OK
 
 
@@ -319,14 +453,15 @@ def _parse_seeds(text: str) -> list[int]:
 def sweep_command(args) -> int:
     """`adapterlab sweep`: the shard's share of a grid of settings x seeds, each run stored as it finishes;
     prints every run and then each setting's mean and spread over the seeds."""
-    from .training.data import check_glue_setting, get_task
-    from .runs.store import summarize
+    from .runs.store import ignored_settings, summarize
     from .runs.sweep import expand, parse_grid, parse_shard, run_sweep
+    from .training.data import check_glue_setting, get_task
     from .training import TrainConfig
 
     task = get_task(args.task).name
     _check_rows("--max-train", args.max_train)
     _check_rows("--max-eval", args.max_eval)
+    _check_sizes(args)
     seeds = _parse_seeds(args.seeds)
     with usage_errors():
         base = _training_config(args, progress=False)
@@ -335,20 +470,26 @@ def sweep_command(args) -> int:
         shard = parse_shard(args.shard)
         check_glue_setting(args.data, task)
         stores, own = _run_stores(args.store)
+        stores[0].check_writable()  # a store that cannot take the runs is found now, not after training
+    ignored = [name for name in grid if name in ignored_settings(base.method)]
+    if ignored:
+        print(f"adapterlab sweep: --method {base.method} does not read {', '.join(ignored)}: its values there are "
+              "one run, not several", file=sys.stderr)
     done = []
     try:
         run_sweep(task, configs, stores=stores, shard=shard, backbone=args.backbone, data_dir=args.data,
                   max_train=args.max_train, max_eval=args.max_eval, progress=args.progress, on_run=done.append)
     except KeyboardInterrupt:
-        print(f"adapterlab sweep: interrupted after {len(done)} of this shard's runs; they are stored in {own}. "
-              "Run the same command again to resume.", file=sys.stderr)
+        print(f"adapterlab sweep: {_stopped()} after {len(done)} of this shard's runs; they are stored in {own} "
+              "(the run it cut short is not). Run the same command again to resume.", file=sys.stderr)
         return INTERRUPTED
     names = tuple(grid)
     for lookup in done:
         record = lookup.record
         key = record["key"]
         settings = ", ".join(f"{name}={key['settings'].get(name, key.get(name))}" for name in names)
-        score = "diverged" if record.get("status") == "diverged" else f"{record['metric']} {record['best_metric']:.4f}"
+        score = ("diverged" if record.get("status") == "diverged" else f"{record['metric']} {record['best_metric']:.4f}"
+                 if isinstance(record.get("best_metric"), (int, float)) else "no metric")
         print(f"seed {record['key']['settings']['seed']}  {settings}  {score}  "
               f"({'stored' if lookup.stored else 'trained'})")
     for row in summarize([lookup.record for lookup in done], by=names):
@@ -416,10 +557,12 @@ def ablate_command(args) -> int:
     _check_rows("--max-eval", args.max_eval)
     _check_rows("--eval-rows", args.eval_rows)
     seeds = _parse_seeds(args.seeds)
+    _check_sizes(args)
     with usage_errors():
         config = _training_config(args, progress=False)
         check_glue_setting(args.data, task)
         stores, own = _run_stores(args.store)
+        stores[0].check_writable()
     done = []
 
     def report(lookup):
@@ -434,7 +577,7 @@ def ablate_command(args) -> int:
                       data_dir=args.data, max_train=args.max_train, max_eval=args.max_eval,
                       progress=args.progress)
     except KeyboardInterrupt:
-        print(f"adapterlab ablate: interrupted after {len(done)} of {len(seeds)} seeds; they are stored in {own}. "
+        print(f"adapterlab ablate: {_stopped()} after {len(done)} of {len(seeds)} seeds; they are stored in {own}. "
               "Run the same command again to resume.", file=sys.stderr)
         return INTERRUPTED
     if len(done) > 1:
@@ -482,6 +625,7 @@ def count_command(args) -> int:
     from .methods.counts import compare_method_counts
     from .model.counting import compare_counts, format_count_rows
 
+    _check_sizes(args)
     if args.method is not None:
         with usage_errors():
             own = {name: getattr(args, name) for name in methods.get(args.method).settings if hasattr(args, name)}
@@ -597,21 +741,49 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exit:  # --help has printed its text
         return exit.code if isinstance(exit.code, int) else USAGE
-    except CommandError as error:
-        command = next((word for word in argv if not word.startswith("-")), None)
-        _report(command if command in COMMANDS else "", error)
-        return error.code
+    with _sigterm_as_ctrl_c():
+        try:
+            return COMMANDS[args.command](args)
+        except CommandError as error:
+            _report(args.command, error)
+            return error.code
+        except KeyboardInterrupt:
+            _report(args.command, f"{_stopped()} before any result was written")
+            return INTERRUPTED
+        except OSError as error:  # a file met while working: what failed and why, in one plain sentence
+            _report(args.command, _os_error_message(error))
+            return FAILED
+        except (ValueError, RecursionError) as error:  # bad data met while working: the message names it
+            _report(args.command, error)
+            return FAILED
+
+
+@contextlib.contextmanager
+def _sigterm_as_ctrl_c():
+    """While a command runs, SIGTERM is handled as Ctrl-C (:func:`_terminate_like_ctrl_c`)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGTERM"):
+        yield
+        return
+    _STOPPED_BY.clear()
+    previous = signal.signal(signal.SIGTERM, _terminate_like_ctrl_c)
     try:
-        return COMMANDS[args.command](args)
-    except CommandError as error:
-        _report(args.command, error)
-        return error.code
-    except KeyboardInterrupt:
-        _report(args.command, "interrupted (Ctrl-C) before any result was written")
-        return INTERRUPTED
-    except (ValueError, OSError) as error:  # bad data or files met while working: the message names them
-        _report(args.command, error)
-        return FAILED
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _os_error_message(error: OSError) -> str:
+    """"writing runs/x/metrics.json failed: the disk is full", not "[Errno 28] No space left on device"."""
+    from .runs.folder import os_error_reason
+
+    where = " and ".join(repr(str(name)) for name in (error.filename, error.filename2) if name)
+    if error.errno is None:
+        return str(error)
+    return (f"{where + ': ' if where else ''}{os_error_reason(error)}; free space, fix the permissions or choose "
+            "another folder, then run the command again")
 
 
 if __name__ == "__main__":

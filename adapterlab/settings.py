@@ -104,8 +104,11 @@ class Setting:
         """``parse`` for argparse, whose one-line error then carries this setting's own message."""
         try:
             return self.parse(text)
-        except ValueError as error:
-            raise argparse.ArgumentTypeError(str(error)) from None
+        except ValueError as error:  # named by its flag, as the command line spells it
+            message = str(error)
+            if message.startswith(f"{self.name} "):
+                message = self.flags[0] + message[len(self.name):]
+            raise argparse.ArgumentTypeError(message) from None
 
     def _help(self, default) -> str:
         text = self.help if default is None else f"{self.help} (default: {default})"

@@ -53,3 +53,38 @@ def check_bool(name: str, value) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"{name} must be True or False; got {value!r}")
     return value
+
+
+#: The largest sizes a model of this lab can have: beyond them a value is a typo, and building it would
+#: fill the memory (a classifier over 10^12 labels) long before saying so.
+SIZE_LIMITS = {"num_labels": 100_000, "bottleneck": 65_536, "rank": 65_536, "top_k": 1_024,
+               "batch_size": 1_000_000, "rows": 1_000_000_000, "steps": 1_000_000_000, "eval_every": 1_000_000_000}
+#: Seeds are what NumPy and PyTorch take: 0 to 2^32 - 1.
+MAX_SEED = 2**32 - 1
+
+
+def check_size(name: str, value, limit: int) -> int:
+    """A size within what a model can be: an integer from 1 to ``limit``."""
+    value = check_positive_int(name, value)
+    if value > limit:
+        raise ValueError(f"{name} must be at most {limit:,}; got {value:,}")
+    return value
+
+
+def check_seed(name: str, value) -> int:
+    """A random seed: an integer from 0 to 2^32 - 1 (what NumPy's generators take)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= value <= MAX_SEED:
+        raise ValueError(f"{name} must be an integer from 0 to {MAX_SEED} (2^32 - 1); got {value!r}")
+    return int(value)
+
+
+def json_safe(value):
+    """``value`` with every non-finite float (NaN, ±inf) as None, since JSON has no NaN and a bare ``NaN`` in
+    a file is not JSON; containers are copied, everything else is returned as it is."""
+    if isinstance(value, numbers.Real) and not isinstance(value, (bool, numbers.Integral)):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(item) for item in value]
+    return value

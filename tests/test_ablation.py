@@ -246,7 +246,7 @@ def fake_ablation_record(seed, scores, full, majority=0.5, metric="accuracy"):
     n = len(scores)
     matrix = [[float(scores[i][j]) if j >= i else float("nan") for j in range(n)] for i in range(n)]
     return {"key": {"task": "sst2", "settings": {"seed": seed}, "analysis": {"name": "span_ablation"}},
-            "best_metric": full + 0.01,
+            "metric": metric, "best_metric": full + 0.01,
             "ablation": {"metric": metric, "full": full, "scores": matrix, "majority": majority}}
 
 

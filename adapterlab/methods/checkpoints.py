@@ -54,6 +54,7 @@ from torch import nn
 from ..model.placement import PlacementError, encoder_layers
 from ..model.trainable import parameter_group
 from .registry import SavedSet, saveable, saved_sets
+from ..validation import json_safe
 
 TENSORS_FILE = "adapters.safetensors"
 CONFIG_FILE = "adapter_config.json"
@@ -192,7 +193,7 @@ def _committed_sha256(directory: Path) -> str | None:
     """The tensor hash the folder's manifest names, or None when it has no readable manifest."""
     try:
         sha = json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8")).get("sha256")
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         return None
     return sha if isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{64}", sha) else None
 
@@ -243,7 +244,7 @@ def save_adapter_set(model: nn.Module, directory, backbone=None, extra: dict | N
         "dtype": str(next(iter(tensors.values())).dtype).removeprefix("torch."),
         "tensors": {key: list(t.shape) for key, t in tensors.items()},
         "num_parameters": sum(t.numel() for t in tensors.values()),
-        "extra": extra or {},
+        "extra": json_safe(extra or {}),  # a NaN metric is null: the manifest stays JSON
         "sha256": hashlib.sha256(data).hexdigest(),
     }
     try:
@@ -274,6 +275,8 @@ def read_adapter_config(directory) -> dict:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise CheckpointError(f"{path} is not valid JSON ({error}); the adapter set is damaged") from error
+    except RecursionError:
+        raise CheckpointError(f"{path} is not valid JSON (nested too deeply); the adapter set is damaged") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         kind = folder_kind(directory)
         hint = (f": it is {describe_kind(kind)}, whose adapter_config.json has another schema; `adapterlab import "
@@ -348,6 +351,14 @@ def read_tensors(directory: Path, manifest: dict) -> dict[str, torch.Tensor]:
         raise CheckpointError(
             f"{path} holds weights of a non-floating type ({_some(integral)}); trained weights are floating-point "
             "numbers: save the adapter set again with a floating dtype"
+        )
+    broken = sorted(name for name, tensor in tensors.items() if not torch.isfinite(tensor).all())
+    if broken:
+        raise CheckpointError(
+            f"{path}: tensor {broken[0]} holds NaN or infinite values"
+            + (f" (and {len(broken) - 1} more: {_some(broken[1:])})" if len(broken) > 1 else "")
+            + "; a model with them scores nothing real: train the adapter set again (a lower learning rate if it "
+            "diverged)"
         )
     return tensors
 

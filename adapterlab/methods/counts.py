@@ -14,7 +14,7 @@ from transformers import BertConfig
 from ..model.counting import (CountRow, backbone_config, bert_backbone_params, classifier_params, count_model,
                               pooler_params)
 from ..model.trainable import parameter_group
-from ..validation import check_positive_int
+from ..validation import SIZE_LIMITS, check_size
 from .registry import apply_method, get
 
 
@@ -27,7 +27,7 @@ def method_counts(config: BertConfig, method: str, num_labels: int = 2, train_po
     percent_of_backbone, with the meaning of :func:`count_model`'s keys, so the two can be compared.
     ``settings`` are the method's (``lora_rank=16``, ...).
     """
-    check_positive_int("num_labels", num_labels)
+    check_size("num_labels", num_labels, SIZE_LIMITS["num_labels"])  # BertConfig builds a name per label
     chosen = get(method)
     if chosen.count is None:
         raise ValueError(f"method {method!r} has no closed-form count")

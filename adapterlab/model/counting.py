@@ -37,7 +37,7 @@ from torch import nn
 
 from .placement import AdapterConfig, add_adapters, adapted_outputs, make_adapter_config
 from .trainable import trainable_summary
-from ..validation import check_positive_int
+from ..validation import SIZE_LIMITS, check_positive_int, check_size
 
 if TYPE_CHECKING:  # transformers is imported where a model is built, so bad input is answered at once
     from transformers import BertConfig, BertForSequenceClassification
@@ -100,7 +100,7 @@ def bert_backbone_params(config: BertConfig) -> int:
 
 def _adapter_set(placement, bottleneck, train_layernorm, num_labels: int, train_pooler=None) -> AdapterConfig:
     """The AdapterConfig a counting call describes (a preset name or a config; None keeps its value)."""
-    check_positive_int("num_labels", num_labels)
+    check_size("num_labels", num_labels, SIZE_LIMITS["num_labels"])  # BertConfig builds a name per label
     given = {"bottleneck": bottleneck, "train_layernorm": train_layernorm, "train_pooler": train_pooler}
     return make_adapter_config(placement, **{key: value for key, value in given.items() if value is not None})
 

@@ -29,6 +29,8 @@ import json
 import math
 import os
 import platform
+import tempfile
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +49,8 @@ from ..paths import DATA_DIR, PROJECT_ROOT
 
 STORE_ENV = "ADAPTERLAB_RUNS"
 DEFAULT_STORE = PROJECT_ROOT / "runs" / "store"
+#: A temporary file in a store older than this (seconds) is what a killed write left.
+STALE_SECONDS = 600
 REFERENCE_STORE = DATA_DIR / "reference_runs"
 def data_fingerprint(*splits: Split) -> str:
     """A short hash of the exact rows (texts and labels, in order) of the given splits."""
@@ -97,6 +101,12 @@ def key_settings(config) -> dict:
                 setting.key_when_default or value != setting.default):
             settings[name] = value
     return settings
+
+
+def ignored_settings(method: str) -> tuple[str, ...]:
+    """The training settings ``method`` does not read (they are not in its runs' keys)."""
+    reads = set(methods.get(method).settings)
+    return tuple(s.name for s in methods.registry.method_settings() if s.name not in reads)
 
 
 def run_id(key: dict) -> str:
@@ -166,18 +176,51 @@ class RunStore:
         return self.folder / f"{run_id(key)}.json"
 
     def get(self, key: dict) -> dict | None:
-        """The stored run with exactly this key, or None."""
+        """The stored run with exactly this key, or None (also for a damaged record: the run is trained again)."""
         path = self.path(key)
         if not path.is_file():
             return None
         record = _read(path)
         return record if record is not None and record.get("key") == key else None
 
+    def check_writable(self) -> None:
+        """Raise a ValueError that says why when runs cannot be stored here (a read-only store or folder, a
+        file in the way); clear what killed writers left (:func:`clear_stale_temporaries`)."""
+        from .folder import os_error_reason
+
+        if self.read_only:
+            raise ValueError(f"{self.folder} is a read-only run store (reference runs); pass --store DIR to store "
+                             "runs elsewhere")
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            handle, probe = tempfile.mkstemp(prefix=".write-check-", suffix=".tmp", dir=self.folder)
+            os.close(handle)
+            os.unlink(probe)
+        except OSError as error:
+            raise ValueError(f"the run store {self.folder} cannot be written ({os_error_reason(error)}); pass "
+                             "--store DIR (or set $ADAPTERLAB_RUNS) to a folder you can write to") from None
+        self.clear_stale_temporaries()
+
+    def clear_stale_temporaries(self, older_than: float = STALE_SECONDS) -> list[Path]:
+        """Delete the temporary files of writes a kill cut short (``.ID.json.XXXX.tmp`` older than
+        ``older_than`` seconds: a live write takes milliseconds); return them."""
+        cleared = []
+        now = time.time()
+        for path in self.folder.glob(".*.json.*.tmp"):
+            try:
+                if now - path.stat().st_mtime > older_than:
+                    path.unlink()
+                    cleared.append(path)
+            except OSError:
+                continue  # gone already (another shard cleared it), or not ours to delete
+        return cleared
+
     def put(self, record: dict) -> Path:
         """Store a run whole or not at all (temporary file, sync, rename); return its path."""
         if self.read_only:
             raise PermissionError(f"{self.folder} is a read-only run store (reference runs); store runs elsewhere")
         self.folder.mkdir(parents=True, exist_ok=True)
+        self.clear_stale_temporaries()
         path = self.path(record["key"])
         write_durably(self.folder, path.name, (json.dumps(_finite(record), indent=1, sort_keys=True) + "\n").encode())
         return path
@@ -193,12 +236,52 @@ class RunStore:
         return len(self.records())
 
 
+def record_problem(record) -> str | None:
+    """What keeps a parsed record from being a stored run this module wrote (None when it is one)."""
+    if not isinstance(record, dict):
+        return f"it is a JSON {type(record).__name__}, not an object"
+    key = record.get("key")
+    if not isinstance(key, dict) or not isinstance(key.get("settings"), dict):
+        return "it has no key with settings"
+    seed = key["settings"].get("seed")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        return "its key names no seed"
+    status = record.get("status", "complete")  # runs stored before statuses were recorded are complete
+    if status not in ("complete", "diverged"):
+        return f"its status {status!r} is neither complete nor diverged"
+    if not isinstance(record.get("metric"), str):
+        return "it names no metric"
+    best = record.get("best_metric")
+    if status == "complete" and (isinstance(best, bool) or not isinstance(best, (int, float))
+                                 or not math.isfinite(best)):
+        return f"it is complete but its best_metric is {best!r}, not a number"
+    return None
+
+
+_WARNED: set[str] = set()
+
+
 def _read(path: Path) -> dict | None:
+    """A stored record, or None (with one warning naming the file) when it cannot be read or is damaged:
+    a bad record is skipped, never trusted and never fatal."""
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return record if isinstance(record, dict) and "key" in record else None
+        problem = record_problem(record)
+    except RecursionError:
+        problem = "it is not valid JSON (nested too deeply)"
+    except UnicodeDecodeError:
+        problem = "it is not text"
+    except ValueError as error:
+        problem = f"it is not valid JSON ({error})"
+    except OSError as error:
+        problem = f"it cannot be read ({error.strerror or error})"
+    if problem is None:
+        return record
+    if str(path) not in _WARNED:
+        _WARNED.add(str(path))
+        warnings.warn(f"skipping the stored run {path}: {problem}; delete the file (the run is trained again "
+                      "when asked for)", stacklevel=3)
+    return None
 
 
 def _finite(value):
@@ -212,9 +295,18 @@ def _finite(value):
     return value
 
 
+def store_folder(value: str | None) -> Path:
+    """The student's store: ``$ADAPTERLAB_RUNS`` (a relative one read against the project folder, as
+    ``$ADAPTERLAB_DATA`` is, so the command line and the notebooks in labs/ share one store), else runs/store."""
+    if not value:
+        return DEFAULT_STORE
+    folder = Path(value).expanduser()
+    return folder if folder.is_absolute() else PROJECT_ROOT / folder
+
+
 def default_stores() -> list[RunStore]:
     """Where the labs look a run up: the student's own store, then the shipped reference runs."""
-    own = RunStore(os.environ.get(STORE_ENV) or DEFAULT_STORE)
+    own = RunStore(store_folder(os.environ.get(STORE_ENV)))
     return [own, RunStore(REFERENCE_STORE, read_only=True)]
 
 
@@ -363,7 +455,8 @@ def summarize(records: list[dict], by: tuple[str, ...]) -> list[dict]:
     and give each group's seeds, mean, sample standard deviation and values of the best metric, and how
     many of its runs diverged (they have no metric and are left out of the mean)."""
     groups: dict[tuple, list[dict]] = {}
-    for record in records:
+    unique = {record.get("id") or run_id(record["key"]): record for record in records}  # a run counts once
+    for record in unique.values():
         key = record["key"]
         fields = tuple(key["settings"].get(name, key.get(name)) for name in by)
         groups.setdefault(fields, []).append(record)

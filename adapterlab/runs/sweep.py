@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 
 from tqdm.auto import tqdm
 
 from ..training.config import settings
-from .store import RunStore, run_or_load
+from .store import RunStore, ignored_settings, key_settings, run_or_load
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -59,12 +60,17 @@ def parse_grid(options: list[str], config_class=None) -> dict[str, list]:
 
 def expand(base, grid: dict[str, list], seeds) -> list:
     """Every combination of the grid's values, for every seed, as TrainConfigs (validated), in a fixed order:
-    the grid's last setting varies fastest, then the seed."""
+    the grid's last setting varies fastest, then the seed. Values that make the same run (equal numbers written
+    twice, or values of a setting the method does not read) give it once."""
     names = list(grid)
-    configs = []
+    configs, seen = [], set()
     for values in itertools.product(*(grid[name] for name in names)):
         for seed in seeds:
-            configs.append(dataclasses.replace(base, **dict(zip(names, values)), seed=seed).validate())
+            config = dataclasses.replace(base, **dict(zip(names, values)), seed=seed).validate()
+            same = json.dumps([config.precision, key_settings(config)], sort_keys=True)
+            if same not in seen:  # bottleneck=8,8, init_scale=0.01,1e-2 or a setting the method ignores: one run
+                seen.add(same)
+                configs.append(config)
     return configs
 
 
@@ -74,7 +80,9 @@ def run_sweep(task: str, configs: list, *, stores: list[RunStore], shard: tuple[
     """Run this shard's share of ``configs`` (see the module docstring); return a Lookup per run.
 
     A run already in one of ``stores`` is not trained again; new runs go into the first writable store.
-    ``on_run(lookup)`` is called after each run (a caller interrupted part-way still has those).
+    ``on_run(lookup)`` is called after each run (a caller interrupted part-way still has those). Ctrl-C
+    (or SIGTERM) stops the sweep: the run it cut short is neither stored nor handed to ``on_run``, and
+    KeyboardInterrupt reaches the caller, as in :func:`adapterlab.ablation_runs.compute_ablation`.
     """
     index, count = shard
     mine = configs[index - 1::count]
@@ -84,6 +92,8 @@ def run_sweep(task: str, configs: list, *, stores: list[RunStore], shard: tuple[
         lookup = run_or_load(task, dataclasses.replace(config, progress=False), backbone=backbone,
                              data_dir=data_dir, max_train=max_train, max_eval=max_eval, fallback=fallback,
                              stores=stores)
+        if lookup.result is not None and lookup.result.interrupted:
+            raise KeyboardInterrupt  # a run stopped early would stand in for a full one: it is not a result
         lookups.append(lookup)
         if on_run is not None:
             on_run(lookup)

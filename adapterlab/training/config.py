@@ -16,7 +16,7 @@ import torch
 
 from .. import methods
 from ..settings import Setting
-from ..validation import check_number, check_positive_int
+from ..validation import check_number, check_positive_int, check_seed
 from .data import ORDERS
 from .precision import check_precision
 
@@ -30,9 +30,7 @@ def _non_negative(name, value):
 
 
 def _seed(name, value):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= value < 2**32:
-        raise ValueError(f"seed must be an integer in 0..{2**32 - 1}; got {value!r}")
-    return int(value)
+    return check_seed(name, value)
 
 
 def _device(name, value):
