@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from adapterlab import checks
@@ -177,13 +178,119 @@ def test_adapter_class_names_the_mistake():
     _fails(checks.check_adapter_class, NonlinearityFirst, "before the down-projection")
     _fails(checks.check_adapter_class, NonlinearityOnSum, "to the sum")
     _fails(checks.check_adapter_class, DefaultInit, "near the identity", "far too large")
-    _fails(checks.check_adapter_class, NoBias, "without biases", "148")
-    _fails(checks.check_adapter_class, ScalarBias, "bias shapes are wrong", "b_down has shape (4,)")
+    _fails(checks.check_adapter_class, NoBias, "without biases", "99136")
+    _fails(checks.check_adapter_class, ScalarBias, "bias shapes are wrong", "b_down has shape (64,)")
     _fails(checks.check_adapter_class, NoDownBias, "b_up but no b_down")
-    _fails(checks.check_adapter_class, Swapped, "`self.down` maps 4 → 16")
+    _fails(checks.check_adapter_class, Swapped, "`self.down` maps 64 → 768")
     _fails(checks.check_adapter_class, DeadInit, "cannot learn", "both matrices start at zero", "Keep one of them random")
     _fails(checks.check_adapter_class, ZeroDownRelu, "cannot learn", "W_down starts at zero", "Start W_down random")
     _fails(checks.check_adapter_class, ConstantInit, "identical", "as if r were 1")
+
+
+class WideInit(RightAdapter):
+    """N(0, 0.05²): under 5 % at d = 16, r = 4, but about a third of h at BERT-base's d = 768, r = 64."""
+
+    def __init__(self, d_model, bottleneck):
+        super().__init__(d_model, bottleneck)
+        for linear in (self.down, self.up):
+            nn.init.normal_(linear.weight, std=0.05)
+
+
+class DefaultUpBias(RightAdapter):
+    """Small weights, but b_up keeps nn.Linear's default: a shift of every token."""
+
+    def __init__(self, d_model, bottleneck):
+        super().__init__(d_model, bottleneck)
+        nn.init.uniform_(self.up.bias, -bottleneck ** -0.5, bottleneck ** -0.5)
+
+
+class DetachedBottleneck(RightAdapter):
+    """Right output, but the bottleneck is cut from autograd: W_down and b_down never learn."""
+
+    def forward(self, h):
+        return h + self.up(self.act(self.down(h)).detach())
+
+
+class FrozenDown(RightAdapter):
+    def __init__(self, d_model, bottleneck):
+        super().__init__(d_model, bottleneck)
+        self.down.weight.requires_grad_(False)
+
+
+class ForwardWithoutGrad(RightAdapter):
+    def forward(self, h):
+        with torch.no_grad():
+            return h + self.up(self.act(self.down(h)))
+
+
+class InPlaceResidual(RightAdapter):
+    def forward(self, h):
+        h += self.up(self.act(self.down(h)))
+        return h
+
+
+class DeadRelu(RightAdapter):
+    """ReLU with b_down = −1: every unit starts below the kink, dead, although W_down is random."""
+
+    def __init__(self, d_model, bottleneck):
+        super().__init__(d_model, bottleneck)
+        self.act = nn.ReLU()
+        nn.init.constant_(self.down.bias, -1.0)
+
+
+class HalfDeadRelu(RightAdapter):
+    """Half the units start far below ReLU's kink: they never learn, the others do."""
+
+    def __init__(self, d_model, bottleneck):
+        super().__init__(d_model, bottleneck)
+        self.act = nn.ReLU()
+        with torch.no_grad():
+            self.down.bias[: bottleneck // 2] = -5.0
+
+
+class FixedWidth(RightAdapter):
+    """Right at d = 768 only: the width is written in instead of read from d_model."""
+
+    def __init__(self, d_model, bottleneck):
+        super().__init__(768, bottleneck)
+
+
+class Flattening(RightAdapter):
+    """Works on (tokens, d) only: a (batch, sequence, d) input comes back flattened."""
+
+    def forward(self, h):
+        h = h.reshape(-1, h.shape[-1])
+        return h + self.up(self.act(self.down(h)))
+
+
+class WeightData(RightAdapter):
+    """Uses W_up through .data: the output is right, but W_up is invisible to autograd."""
+
+    def forward(self, h):
+        return h + F.linear(self.act(self.down(h)), self.up.weight.data, self.up.bias)
+
+
+class DoubleInside(RightAdapter):
+    def forward(self, h):
+        return (h.double() + self.up.double()(self.act(self.down.double()(h.double())))).to(torch.float64)
+
+
+def test_adapter_class_catches_mistakes_that_show_only_at_bert_size_or_in_training():
+    check = checks.check_adapter_class
+    _fails(check, WideInit, "near the identity", "too large for BERT's size", "d = 768")
+    _fails(check, DefaultUpBias, "near the identity", "b_up", "Start b_up at zero")
+    _fails(check, DetachedBottleneck, "cannot learn", "no gradient ever reaches W_down and b_down", ".detach()")
+    _fails(check, WeightData, "cannot learn", "no gradient ever reaches W_up")
+    _fails(check, FrozenDown, "W_down is frozen", "requires_grad=False")
+    _fails(check, ForwardWithoutGrad, "cannot learn", "torch.no_grad()")
+    message = _fails(check, InPlaceResidual, "in place", "h += ")
+    assert "unchanged" not in message
+    message = _fails(check, DeadRelu, "cannot learn", "dead", "b_down is -1")
+    assert "W_down starts at zero" not in message
+    _fails(check, HalfDeadRelu, "32 of the 64 bottleneck units never get a gradient")
+    _fails(check, FixedWidth, "`self.down` maps 768 → 8", "24 → 8")
+    _fails(check, Flattening, "(2, 5, 768)", "same shape as its input")
+    _fails(check, DoubleInside, "torch.float64", "keep the input's dtype")
 
 
 def test_adapter_class_reports_a_stub_as_missing():
