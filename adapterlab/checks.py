@@ -10,6 +10,7 @@ out, a transposed gradient, a forgotten bias …). An answer that still raises `
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import numbers
@@ -380,7 +381,8 @@ def check_adapter_class(adapter_class, d_model: int = 768, bottleneck: int = 64)
 
 #: (d, r, tokens, f) of the general gradient cases. The first is square (d = r), so that a forgotten or
 #: untransposed W_up still has the right shape and can be named rather than crash.
-GRADIENT_CASES = [(6, 6, 5, "gelu"), (16, 4, 7, "tanh"), (12, 3, 6, "relu"), (10, 5, 4, "silu")]
+#: The last is the lab's own size, BERT-base's d = 768 with r = 64.
+GRADIENT_CASES = [(6, 6, 5, "gelu"), (16, 4, 7, "tanh"), (12, 3, 6, "relu"), (10, 5, 4, "silu"), (768, 64, 12, "gelu")]
 
 
 def _general_case(d: int, r: int, tokens: int, activation: str, seed: int):
@@ -394,8 +396,9 @@ def _general_case(d: int, r: int, tokens: int, activation: str, seed: int):
         with torch.random.fork_rng():  # leave the notebook's random state as it was
             adapter = BottleneckAdapter(d, r, activation, init="bert")
         with torch.no_grad():
-            for parameter in adapter.parameters():
-                parameter.copy_(0.5 * torch.randn(parameter.shape, generator=generator))
+            for parameter in adapter.parameters():  # at large sizes weights of 1/√fan_in keep z where f bends
+                scale = parameter.shape[-1] ** -0.5 if d > 64 and parameter.ndim == 2 else 0.5
+                parameter.copy_(scale * torch.randn(parameter.shape, generator=generator))
             h = torch.randn(tokens, d, generator=generator)
             delta = torch.randn(tokens, d, generator=generator)
             if activation != "relu" or adapter.down(h).abs().min() > 0.05:
@@ -417,9 +420,57 @@ def _weight_gradients(adapter, h, delta):
         return torch.autograd.grad(loss, (adapter.down.weight, adapter.up.weight))
 
 
+_AUTOGRAD_USED = (
+    "Your gradient function lets autograd compute the weight gradients ({how}); the exercise asks for them "
+    "without autograd: write the chain rule out with matrix products (f_prime, for the slope of f, is fine)."
+)
+
+
+@contextlib.contextmanager
+def _without_autograd_on(adapter: nn.Module):
+    """Inside, autograd refuses the adapter's weights (and anything shaped like them), .backward() and torch.func's
+    transforms; gradients of a one-number function such as f_prime's stay allowed."""
+    weights = [adapter.down.weight, adapter.up.weight]
+    ids, shapes = {id(w) for w in adapter.parameters()}, {tuple(w.shape) for w in weights}
+    real_grad = torch.autograd.grad
+
+    def grad(outputs, inputs, *args, **kwargs):
+        listed = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs)
+        if any(id(t) in ids or tuple(t.shape) in shapes for t in listed if isinstance(t, torch.Tensor)):
+            raise _Forbidden(_AUTOGRAD_USED.format(how="torch.autograd.grad with respect to the weights"))
+        return real_grad(outputs, inputs, *args, **kwargs)
+
+    def refuse(how):
+        def refused(*args, **kwargs):
+            raise _Forbidden(_AUTOGRAD_USED.format(how=how))
+        return refused
+
+    import torch.autograd.functional as functional
+    import torch.func as func
+
+    patches = [(torch.autograd, "grad", grad), (torch.autograd, "backward", refuse(".backward()"))]
+    patches += [(func, name, refuse(f"torch.func.{name}")) for name in ("grad", "grad_and_value", "vjp", "jacrev",
+                                                                        "jacfwd", "hessian") if hasattr(func, name)]
+    patches += [(functional, name, refuse(f"torch.autograd.functional.{name}"))
+                for name in ("vjp", "jvp", "jacobian", "hessian", "vhp", "hvp")]
+    saved = [(module, name, getattr(module, name)) for module, name, _ in patches]
+    try:
+        for module, name, replacement in patches:
+            setattr(module, name, replacement)
+        yield
+    finally:
+        for module, name, original in saved:
+            setattr(module, name, original)
+
+
 def _gradient_answer(name: str, gradients_fn, adapter, h, delta, hint: str = ""):
-    """Call the student's gradient function on copies; return (grad_down, grad_up) detached."""
-    answer = _call(f"{name}(adapter, h, delta)", gradients_fn, copy.deepcopy(adapter), h.clone(), delta.clone(), hint=hint)
+    """Call the student's gradient function on copies, with autograd refused on the weights; return
+    (grad_down, grad_up) detached."""
+    twin = copy.deepcopy(adapter).requires_grad_(False)  # an adapter's weights as any inference code has them
+    with _without_autograd_on(twin):
+        answer = _call(f"{name}(adapter, h, delta)", gradients_fn, twin, h.clone(), delta.clone(), hint=hint)
+    if any(p.grad is not None for p in twin.parameters()):
+        raise CheckFailed(_AUTOGRAD_USED.format(how="the weights' .grad was filled in"))
     if not isinstance(answer, (tuple, list)) or len(answer) != 2:
         raise CheckFailed(f"{name} must return two tensors, (grad_down, grad_up); it returned {type(answer).__name__}.")
     return tuple(g.detach() if isinstance(g, torch.Tensor) else g for g in answer)
@@ -506,6 +557,7 @@ _GRADIENT_SHAPES = (
 )
 
 
+@plain_errors
 def check_adapter_gradients(gradients_fn) -> None:
     """Check ``gradients_fn(adapter, h, delta) -> (grad_down, grad_up)`` against autograd (lab 2).
 
@@ -522,25 +574,31 @@ def check_adapter_gradients(gradients_fn) -> None:
             raise CheckFailed("∂L/∂W_down — " + _diagnose_down_gradient(grad_down, adapter, h, delta, reference_down) + where)
         if not _close(grad_up, reference_up):
             raise CheckFailed("∂L/∂W_up — " + _diagnose_up_gradient(grad_up, adapter, h, delta, reference_up) + where)
-    activations = ", ".join(case[3] for case in GRADIENT_CASES)
+    activations = ", ".join(dict.fromkeys(case[3] for case in GRADIENT_CASES))
     _passed(
         f"Your gradients match autograd for random adapters (W_up ≠ 0) with f = {activations} "
-        f"(within {ATOL:g}, {len(GRADIENT_CASES)} cases)."
+        f"(within {ATOL:g}, {len(GRADIENT_CASES)} cases up to d = 768, r = 64), computed without autograd."
     )
 
 
-def _zero_up_cases(n: int = 3):
-    """Zero-up adapters (with a non-zero b_down, so a forgotten bias shows) and random h, δ."""
+#: (d, r, tokens) of the zero-up cases: small ones, a single token, and the lab's own BERT-base size.
+ZERO_UP_CASES = [(16, 4, 5), (12, 3, 7), (20, 6, 1), (768, 64, 12)]
+
+
+def _zero_up_cases():
+    """Zero-up adapters (with non-zero b_down and b_up, so a forgotten or misplaced bias shows) and random h, δ."""
     generator = torch.Generator().manual_seed(0)
     with torch.random.fork_rng():
         torch.manual_seed(0)
-        for d, r, tokens in [(16, 4, 5), (12, 3, 7), (20, 6, 1)][:n]:
+        for d, r, tokens in ZERO_UP_CASES:
             adapter = BottleneckAdapter(d, r, "gelu", init="zero_up")
             with torch.no_grad():
                 adapter.down.bias.normal_(0.0, 1.0, generator=generator)
+                adapter.up.bias.normal_(0.0, 1.0, generator=generator)
             yield adapter, torch.randn(tokens, d, generator=generator), torch.randn(tokens, d, generator=generator)
 
 
+@plain_errors
 def check_zero_up_gradients(gradients_fn) -> None:
     """Check ``gradients_fn(adapter, h, delta) -> (grad_down, grad_up)`` on zero-up adapters (lab 2).
 
@@ -564,7 +622,7 @@ def check_zero_up_gradients(gradients_fn) -> None:
             raise CheckFailed(_diagnose_up_gradient(grad_up, adapter, h, delta, reference_up))
     _passed(
         "At W_up = 0 your gradients match autograd: ∂L/∂W_down = 0 exactly and ∂L/∂W_up ≠ 0 "
-        f"(within {ATOL:g}) on 3 random zero-up adapters."
+        f"(within {ATOL:g}) on {len(ZERO_UP_CASES)} random zero-up adapters, BERT-base's d = 768, r = 64 among them."
     )
 
 

@@ -391,6 +391,66 @@ def test_general_gradients_name_the_mistake():
     _fails(check, zero_down_always, "Follow δ backwards")  # the step-zero answer is not the general one
 
 
+def by_autograd(adapter, h, delta):
+    return torch.autograd.grad((adapter(h) * delta).sum(), (adapter.down.weight, adapter.up.weight))
+
+
+def by_backward(adapter, h, delta):
+    adapter.requires_grad_(True)
+    (adapter(h) * delta).sum().backward()
+    return adapter.down.weight.grad, adapter.up.weight.grad
+
+
+def by_torch_func(adapter, h, delta):
+    from torch.func import functional_call, grad
+
+    weights = {"down.weight": adapter.down.weight, "up.weight": adapter.up.weight}
+    loss = lambda w: (functional_call(adapter, w, (h,)) * delta).sum()
+    g = grad(loss)(weights)
+    return g["down.weight"], g["up.weight"]
+
+
+def by_autograd_on_copies(adapter, h, delta):
+    """Autograd on its own copies of the weights, through a hand-written forward."""
+    w_down = adapter.down.weight.clone().requires_grad_()
+    w_up = adapter.up.weight.clone().requires_grad_()
+    out = h + (adapter.act(h @ w_down.T + adapter.down.bias) @ w_up.T + adapter.up.bias)
+    return torch.autograd.grad((out * delta).sum(), (w_down, w_up))
+
+
+def in_float64(adapter, h, delta):
+    down, up = right_general(adapter.double(), h.double(), delta.double())
+    return down, up
+
+
+@pytest.mark.parametrize("answer", [by_autograd, by_backward, by_torch_func, by_autograd_on_copies],
+                         ids=lambda f: f.__name__)
+def test_gradients_computed_by_autograd_are_rejected(answer):
+    for check in (checks.check_adapter_gradients, checks.check_zero_up_gradients):
+        _fails(check, answer, "without autograd", "chain rule")
+
+
+def test_gradients_are_checked_at_bert_size_and_accepted_in_float64(capsys):
+    checks.check_adapter_gradients(in_float64)
+    checks.check_zero_up_gradients(in_float64)
+    out = capsys.readouterr().out
+    assert "d = 768, r = 64" in out and out.count("✔") == 2
+
+    def small_only(adapter, h, delta):  # right while d < 100: a plausible shortcut that loops over a fixed range
+        down, up = right_general(adapter, h, delta)
+        down[:, 100:] = 0
+        return down, up
+
+    _fails(checks.check_adapter_gradients, small_only, "d = 768, r = 64")
+
+
+def test_zero_up_gradients_see_a_non_zero_b_up():
+    def output_minus_h(adapter, h, delta):  # "the bottleneck's output is A(h) − h": true only without b_up
+        return torch.zeros(adapter.bottleneck, adapter.d_model), delta.T @ (adapter(h) - h)[:, : adapter.bottleneck]
+
+    _fails(checks.check_zero_up_gradients, output_minus_h, "∂L/∂W_up")
+
+
 def test_general_gradients_name_the_nonlinearity_of_the_failing_case():
     def tanh_only(adapter, h, delta):  # right for tanh, wrong for every other f
         z, back = parts(adapter, h, delta)
