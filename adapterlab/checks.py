@@ -637,14 +637,14 @@ _FOLD_ORDER = (
 )
 
 
-def _linear_case(d_in: int, d_out: int, bottleneck: int, seed: int):
+def _linear_case(d_in: int, d_out: int, bottleneck: int, seed: int, init_scale: float = 0.3):
     """A dense layer d_in → d_out, a linear adapter of width d_out with random (non-zero) biases, and inputs;
     drawn without touching the notebook's random state."""
     generator = torch.Generator().manual_seed(seed)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         dense = nn.Linear(d_in, d_out)
-        adapter = BottleneckAdapter(d_out, bottleneck, "identity", init="houlsby", init_scale=0.3)
+        adapter = BottleneckAdapter(d_out, bottleneck, "identity", init="houlsby", init_scale=init_scale)
         with torch.no_grad():
             adapter.down.bias.normal_(0.0, 1.0, generator=generator)
             adapter.up.bias.normal_(0.0, 1.0, generator=generator)
@@ -655,14 +655,38 @@ def _fold_case(seed: int = 0):
     return _linear_case(12, 16, 4, seed)
 
 
-def check_fold(fold_fn) -> None:
-    """Check ``fold_fn(dense, adapter) -> nn.Linear`` for a linear adapter that follows ``dense`` (lab 3).
+def _fold_cases():
+    """A small non-square case first, then BERT-base's own layers (r = 64): the attention output projection
+    768 → 768 and the FFN's output projection 3072 → 768, with weights small enough that the sum stays O(1)."""
+    return [_fold_case(), _linear_case(768, 768, 64, 1, init_scale=0.05), _linear_case(3072, 768, 64, 2, init_scale=0.05)]
 
-    The result must be one nn.Linear of dense's shape computing adapter(dense(x)), with dense left
-    unchanged: W' = (I + W_up W_down) W and b' = (I + W_up W_down) b + W_up b_down + b_up.
-    """
-    name = _name(fold_fn)
-    dense, adapter, x = _fold_case()
+
+def _check_folded_layer(folded, layer: nn.Linear, what: str) -> None:
+    """One nn.Linear of the layer's shape, dtype and bias; otherwise name what differs."""
+    if not isinstance(folded, nn.Linear):
+        raise CheckFailed(
+            f"Your fold returns a {type(folded).__name__}; it must return one nn.Linear: that the folded model "
+            "has exactly the original architecture is the point."
+        )
+    if (folded.in_features, folded.out_features) != (layer.in_features, layer.out_features):
+        raise CheckFailed(
+            f"Your folded layer maps {folded.in_features} → {folded.out_features}; it must have {what}'s shape "
+            f"{layer.in_features} → {layer.out_features}."
+        )
+    if folded.bias is None and layer.bias is not None:
+        raise CheckFailed(f"Your folded layer has no bias (bias=False), but {what} has one and the adapter adds its "
+                          "own: the fold needs a bias.")
+    wrong = {t.dtype for t in (folded.weight, folded.bias) if t is not None} - {layer.weight.dtype}
+    if wrong:
+        raise CheckFailed(
+            f"Your folded layer holds {', '.join(map(str, sorted(wrong, key=str)))} tensors, but {what} is "
+            f"{layer.weight.dtype}: the folded layer must drop into the same model. Build it in the layer's dtype "
+            f"(nn.Linear(..., dtype={str(layer.weight.dtype).replace('torch.', 'torch.')}) or .to(dtype)), and do "
+            "the products in that dtype or higher."
+        )
+
+
+def _check_one_fold(name: str, fold_fn, dense, adapter, x) -> None:
     before = copy.deepcopy(dense.state_dict())
     with torch.random.fork_rng():  # a new nn.Linear draws from the notebook's generator
         folded = _call(f"{name}(dense, adapter)", fold_fn, dense, adapter, hint=_FOLD_ORDER)
@@ -671,24 +695,12 @@ def check_fold(fold_fn) -> None:
             "Your fold changed the original dense layer in place. Build a new nn.Linear and leave dense as it "
             "was, so that the two can be compared."
         )
-    if not isinstance(folded, nn.Linear):
-        raise CheckFailed(
-            f"Your fold returns a {type(folded).__name__}; it must return one nn.Linear: that the folded model "
-            "has exactly the original architecture is the point."
-        )
-    if (folded.in_features, folded.out_features) != (dense.in_features, dense.out_features):
-        raise CheckFailed(
-            f"Your folded layer maps {folded.in_features} → {folded.out_features}; it must have dense's shape "
-            f"{dense.in_features} → {dense.out_features}."
-        )
+    _check_folded_layer(folded, dense, "dense")
+    size = f" (dense {dense.in_features} → {dense.out_features}, r = {adapter.bottleneck})"
     with torch.no_grad():
         reference = adapter(dense(x))
         got = folded(x)
         if _close(got, reference):
-            _passed(
-                f"Your fold is exact: one nn.Linear({dense.in_features} → {dense.out_features}) reproduces dense "
-                f"followed by the linear adapter (within {ATOL:g})."
-            )
             return
         w_up, w_down = adapter.up.weight.double(), adapter.down.weight.double()
         matrix = torch.eye(adapter.d_model, dtype=torch.float64) + w_up @ w_down
@@ -708,45 +720,70 @@ def check_fold(fold_fn) -> None:
                 "Your folded layer's output differs from dense followed by the adapter (largest difference "
                 f"{(got - reference).abs().max().item():.2g}). {_FOLD_ORDER}"
             )
-    raise CheckFailed(problem)
+    raise CheckFailed(problem + size)
 
 
-def _parallel_case(seed: int = 0):
+@plain_errors
+def check_fold(fold_fn) -> None:
+    """Check ``fold_fn(dense, adapter) -> nn.Linear`` for a linear adapter that follows ``dense`` (lab 3).
+
+    The result must be one nn.Linear of dense's shape and dtype computing adapter(dense(x)), with dense left
+    unchanged: W' = (I + W_up W_down) W and b' = (I + W_up W_down) b + W_up b_down + b_up. Checked on a small
+    non-square layer and on BERT-base's attention (768 → 768) and FFN (3072 → 768) output projections, r = 64.
+    """
+    name = _name(fold_fn)
+    for dense, adapter, x in _fold_cases():
+        _check_one_fold(name, fold_fn, dense, adapter, x)
+    _passed(
+        "Your fold is exact: one nn.Linear reproduces dense followed by the linear adapter (within "
+        f"{ATOL:g}), for 12 → 16 and for BERT-base's 768 → 768 and 3072 → 768 projections with r = 64."
+    )
+
+
+def _parallel_case(seed: int = 0, d: int = 12, r: int = 3, scale: float = 2.5, init_scale: float = 0.3):
     """A d → d projection, a linear adapter beside it with random biases, a scale that is not 1, inputs."""
-    projection, adapter, inputs = _linear_case(12, 12, 3, seed)
-    return projection, adapter, 2.5, inputs
+    projection, adapter, inputs = _linear_case(d, d, r, seed, init_scale=init_scale)
+    return projection, adapter, scale, inputs
 
 
+def _parallel_cases():
+    """A small case, then BERT-base's size (d = 768, r = 64) with another scale."""
+    return [_parallel_case(), _parallel_case(1, 768, 64, 4.0, init_scale=0.05)]
+
+
+@plain_errors
 def check_parallel_fold(fold_fn) -> None:
     """Check ``fold_fn(projection, adapter, scale) -> nn.Linear`` for a linear adapter beside ``projection`` (lab 3).
 
     The parallel adapter reads the projection's input x and adds scale · adapter.delta(x) to its output;
-    the answer must be one nn.Linear of the projection's shape that computes the sum, leaving the
-    projection unchanged. Compared with the unfolded pair on random inputs.
+    the answer must be one nn.Linear of the projection's shape and dtype that computes the sum, leaving the
+    projection unchanged. Compared with the unfolded pair on random inputs, at a small size and at d = 768, r = 64.
     """
     name = _name(fold_fn)
-    projection, adapter, scale, x = _parallel_case()
+    for projection, adapter, scale, x in _parallel_cases():
+        _check_one_parallel_fold(name, fold_fn, projection, adapter, scale, x)
+    _passed(
+        f"Your parallel fold is exact: one nn.Linear reproduces the projection plus s × the linear adapter beside "
+        f"it (within {ATOL:g}), for 12 → 12 with s = 2.5 and for BERT-base's 768 → 768 with r = 64, s = 4."
+    )
+
+
+def _check_one_parallel_fold(name: str, fold_fn, projection, adapter, scale, x) -> None:
     before = copy.deepcopy(projection.state_dict())
     with torch.random.fork_rng():  # a new nn.Linear draws from the notebook's generator
         folded = _call(f"{name}(projection, adapter, scale)", fold_fn, projection, adapter, scale)
     if any(not torch.equal(before[k], v) for k, v in projection.state_dict().items()):
         raise CheckFailed("Your fold changed the projection in place. Build a new nn.Linear and leave the projection as it was.")
-    if not isinstance(folded, nn.Linear) or (folded.in_features, folded.out_features) != (12, 12):
-        raise CheckFailed(
-            f"Your fold returns {folded!r}; it must return one nn.Linear with the projection's shape (12 → 12)."
-        )
+    _check_folded_layer(folded, projection, "the projection")
+    d = projection.in_features
     with torch.no_grad():
         reference = projection(x) + scale * adapter.delta(x)
         got = folded(x)
         if _close(got, reference):
-            _passed(
-                f"Your parallel fold is exact: one nn.Linear(12 → 12) reproduces the projection plus {scale:g} × the "
-                f"linear adapter beside it (within {ATOL:g})."
-            )
             return
         w, b = projection.weight, projection.bias
         update, offset = adapter.up.weight @ adapter.down.weight, adapter.up.weight @ adapter.down.bias + adapter.up.bias
-        eye = torch.eye(12)
+        eye = torch.eye(d)
         right_weight = w + scale * update
         weight_mistakes = [
             (w + update, "You forgot the scale s: the adapter's whole output is multiplied by s, matrix and bias alike."),

@@ -575,6 +575,44 @@ def test_fold_names_the_mistake():
     _fails(checks.check_fold, lambda dense, adapter: nn.Sequential(dense, adapter), "must return one nn.Linear")
 
 
+def test_fold_names_dtype_bias_and_size_mistakes():
+    def in_float64(dense, adapter):
+        m = torch.eye(adapter.d_model, dtype=torch.float64) + adapter.up.weight.double() @ adapter.down.weight.double()
+        folded = nn.Linear(dense.in_features, dense.out_features, dtype=torch.float64)
+        with torch.no_grad():
+            folded.weight.copy_(m @ dense.weight.double())
+            folded.bias.copy_(m @ dense.bias.double() + (adapter.up.weight @ adapter.down.bias + adapter.up.bias).double())
+        return folded
+
+    def in_float16(dense, adapter):
+        return fold_linear_adapter(dense, adapter).half()
+
+    def without_bias(dense, adapter):
+        right = fold_linear_adapter(dense, adapter)
+        folded = nn.Linear(dense.in_features, dense.out_features, bias=False)
+        with torch.no_grad():
+            folded.weight.copy_(right.weight)
+        return folded
+
+    def small_identity(dense, adapter):  # the identity written for the first case's width
+        m = torch.eye(16) + adapter.up.weight @ adapter.down.weight
+        return _folded(dense, m @ dense.weight, m @ dense.bias + adapter.up.weight @ adapter.down.bias + adapter.up.bias)
+
+    _fails(checks.check_fold, in_float64, "torch.float64", "dtype")
+    message = _fails(checks.check_fold, in_float16, "torch.float16", "dtype")
+    assert "from the left" not in message
+    _fails(checks.check_fold, without_bias, "no bias")
+    _fails(checks.check_fold, small_identity, "raised RuntimeError")
+    _fails(checks.check_parallel_fold, lambda p, a, s: right_parallel(p, a, s).double(), "torch.float64")
+    _fails(checks.check_parallel_fold, lambda p, a, s: nn.Linear(p.in_features, p.out_features, bias=False), "no bias")
+
+    def parallel_fixed_identity(p, a, s):  # an identity of the small case's width, added then taken away again
+        return _folded(p, p.weight + torch.eye(12) - torch.eye(12) + s * a.up.weight @ a.down.weight,
+                       p.bias + s * (a.up.weight @ a.down.bias + a.up.bias))
+
+    _fails(checks.check_parallel_fold, parallel_fixed_identity, "raised RuntimeError")
+
+
 def test_fold_reports_a_stub_as_missing():
     _fails(checks.check_fold, _stub, MISSING)
 
