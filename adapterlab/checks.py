@@ -824,6 +824,8 @@ TRAINED_COUNT_CASES = [
     (768, 12, 64, "houlsby", True, 2),
     (768, 12, 48, "parallel", False, 2),
     (32, 3, 4, "houlsby", False, 5),
+    (384, 6, 48, "pfeiffer", False, 2),  # the offline stand-in's shape (MiniLM: 6 layers, d = 384)
+    (768, 12, 64, "houlsby", True, 1),  # one output: a regression head
 ]
 
 
@@ -874,9 +876,25 @@ def _count_mistakes(d, n_layers, r, placement, train_layernorm, num_labels) -> l
     else:
         mistakes.append((adapters + (2 * n_layers + 1) * 2 * d + classifier,
                          "You counted the LayerNorms, but with train_layernorm=False they stay frozen."))
+    if num_labels != 2:
+        mistakes.append((adapters + norms + 2 * d + 2, f"You counted a classifier for 2 labels; it has num_labels "
+                         f"outputs (here {num_labels}): d·num_labels + num_labels."))
+    if d != 768:
+        base_norms = (2 * n_layers + 1) * 2 * 768 if train_layernorm else 0
+        mistakes += [(n_layers * k * (2 * r * 768 + r + 768) + norms + classifier, "You wrote BERT-base's d = 768 "
+                      f"into the adapters' count; use the d you are given (here {d})."),
+                     (adapters + base_norms + classifier, "You wrote BERT-base's d = 768 into the LayerNorms' count; "
+                      f"use the d you are given (here {d}).")]
+    if n_layers != 12:
+        norms_12 = (2 * 12 + 1) * 2 * d if train_layernorm else 0
+        mistakes += [(12 * k * per_adapter + norms + classifier, "You counted BERT-base's 12 layers; use n_layers "
+                      f"(here {n_layers})."),
+                     (12 * k * per_adapter + norms_12 + classifier, "You counted BERT-base's 12 layers; use n_layers "
+                      f"(here {n_layers}).")]
     return mistakes
 
 
+@plain_errors
 def check_trained_count(count_fn) -> None:
     """Check ``count_fn(d, n_layers, r, placement, train_layernorm, num_labels) -> int`` (lab 4).
 
@@ -896,6 +914,8 @@ def check_trained_count(count_fn) -> None:
             raise CheckFailed(f"{call} returned {got!r}, a float; a count is a whole number: use integer arithmetic.")
         if got == expected:
             continue
+        if isinstance(got, numbers.Real) and not isinstance(got, numbers.Integral) and got == int(got) == expected:
+            continue  # pragma: no cover - a float equal to the count is rejected above
         for value, message in _count_mistakes(d, n_layers, r, placement, train_layernorm, num_labels):
             if got == value:
                 raise CheckFailed(f"{call} returned {got:,}; the model trains {expected:,}. {message}")
@@ -918,16 +938,26 @@ PLACEMENT_CASES = [
 ]
 
 
-def _tiny_bert():
-    """A 2-layer random BertForSequenceClassification on the meta device: real names, no memory."""
+def _tiny_bert(layers: int = 2):
+    """A random BertForSequenceClassification on the meta device: real names, no memory."""
     from transformers import BertConfig, BertForSequenceClassification  # imported here: the other checks do without it
 
     config = BertConfig(
-        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, vocab_size=100,
+        hidden_size=32, num_hidden_layers=layers, num_attention_heads=2, intermediate_size=64, vocab_size=100,
         max_position_embeddings=16,
     )
     with torch.device("meta"):
         return BertForSequenceClassification(config)
+
+
+def _twelve_layers():
+    """BERT-base's 12 layers (its exact parameter names; the width does not change a name), on the meta device."""
+    return _tiny_bert(layers=12)
+
+
+def _layer_of(name: str) -> int | None:
+    match = re.match(r"bert\.encoder\.layer\.(\d+)\.", name)
+    return int(match[1]) if match else None
 
 
 #: An adapter at either sublayer output of an encoder layer: the names some placement gives it.
@@ -949,7 +979,15 @@ def _name_kind(name: str) -> str:
     return "backbone weight"
 
 
-def _diagnose_names(missing: set, extra: set, existing: set, placement: str) -> str:
+def _diagnose_names(missing: set, extra: set, existing: set, placement: str, got: set = frozenset()) -> str:
+    layers = {_layer_of(name) for name in existing} - {None}
+    off = {_layer_of(name) for name in missing | extra}
+    anywhere = {re.sub(r"\.layer\.\d+\.", ".layer.N.", name) for name in got}
+    right_elsewhere = all(re.sub(r"\.layer\.\d+\.", ".layer.N.", name) in anywhere for name in missing)
+    if missing and right_elsewhere and None not in off and len(off) < len(layers) and len(layers) > 2:
+        return (f"Your set is right for some layers but wrong for layers {', '.join(map(str, sorted(off)))} of this "
+                f"{len(layers)}-layer BERT. Take each layer's number from its name as a whole number (BERT-base's go "
+                "up to 11, two digits), and do not assume how many layers there are.")
     unknown = sorted(name for name in extra if name not in existing and not _ADAPTER_NAME.fullmatch(name))
     if unknown:
         return (
@@ -988,30 +1026,39 @@ def _diagnose_names(missing: set, extra: set, existing: set, placement: str) -> 
     return f"Your set differs from the model's: for example {', '.join(listed)}."
 
 
+@plain_errors
 def check_trained_names(names_fn) -> None:
     """Check ``names_fn(names, placement, train_layernorm) -> set`` against a real model (lab 5).
 
     ``names`` are the parameter names of a BERT classifier before adapters are added; the answer is the
     set of names that train after ``add_adapters(model, placement, train_layernorm=...)``. The reference
-    is ``requires_grad`` of a tiny random BERT with adapters really added, for every placement and both
-    LayerNorm choices.
+    is ``requires_grad`` of a BERT with BERT-base's 12 layers (so its names) and of a 2-layer one, with
+    adapters really added, for every placement and both LayerNorm choices.
     """
     name = _name(names_fn)
-    names = [n for n, _ in _tiny_bert().named_parameters()]
+    for build in (_twelve_layers, _tiny_bert):
+        _check_names_on(name, names_fn, build)
+    _passed(
+        "Your sets match requires_grad of a real BERT with adapters for all three placements, LayerNorms trained "
+        "and frozen."
+    )
+
+
+def _check_names_on(name: str, names_fn, build) -> None:
+    names = [n for n, _ in build().named_parameters()]
     for placement, train_layernorm in PLACEMENT_CASES:
         with torch.random.fork_rng():  # drawing the adapters must not shift the notebook's generator
-            model = add_adapters(_tiny_bert(), placement, 4, train_layernorm=train_layernorm)
+            model = add_adapters(build(), placement, 4, train_layernorm=train_layernorm)
         expected = {n for n, p in model.named_parameters() if p.requires_grad}
         existing = {n for n, _ in model.named_parameters()}
         call = f"{name}(names, {placement!r}, train_layernorm={train_layernorm})"
         got = _call(call, names_fn, list(names), placement, train_layernorm)
         if isinstance(got, str) or not isinstance(got, (set, frozenset, list, tuple)):
             raise CheckFailed(f"{call} returned a {type(got).__name__}; return a set of parameter names.")
+        if not all(isinstance(item, str) for item in got):
+            raise CheckFailed(f"{call} returned a set holding {type(next(iter(got))).__name__}s; return parameter "
+                              "names, the strings of model.named_parameters().")
         got = set(got)
         if got != expected:
-            problem = _diagnose_names(expected - got, got - expected, existing, placement)
+            problem = _diagnose_names(expected - got, got - expected, existing, placement, got)
             raise CheckFailed(f"{call}: {problem}")
-    _passed(
-        "Your sets match requires_grad of a real BERT with adapters for all three placements, LayerNorms trained "
-        "and frozen."
-    )

@@ -716,6 +716,28 @@ def test_trained_count_names_the_mistake():
     _fails(check, lambda *a: float(right_count(*a)), "a float")
 
 
+def test_trained_count_names_numbers_written_in_for_one_model():
+    check = checks.check_trained_count
+
+    def two_labels(d, n_layers, r, placement, train_layernorm, num_labels):
+        return right_count(d, n_layers, r, placement, train_layernorm, 2)
+
+    def base_width(d, n_layers, r, placement, train_layernorm, num_labels):
+        return right_count(768, n_layers, r, placement, False, num_labels) - (768 * num_labels) + d * num_labels + (
+            (2 * n_layers + 1) * 2 * d if train_layernorm else 0)
+
+    def twelve_layers(d, n_layers, r, placement, train_layernorm, num_labels):
+        return right_count(d, 12, r, placement, train_layernorm, num_labels)
+
+    def as_tensor(*args):
+        return torch.tensor(right_count(*args))
+
+    _fails(check, two_labels, "classifier for 2 labels", "num_labels")
+    _fails(check, base_width, "d = 768", "use the d you are given")
+    _fails(check, twelve_layers, "12 layers", "use n_layers")
+    _fails(check, as_tensor, "must return a number")
+
+
 def test_trained_count_reports_a_stub_as_missing():
     _fails(checks.check_trained_count, _stub, MISSING)
 
@@ -767,6 +789,39 @@ def test_trained_names_name_the_mistake():
     _fails(check, lambda n, p, t: right_names(n, p, t, positions=("intermediate",)), "not parameters of the model")
     _fails(check, lambda n, p, t: right_names(n, p, t) | {"bert.encoder.layer.0.output.dense.weight"}, "frozen backbone")
     _fails(check, lambda n, p, t: ",".join(right_names(n, p, t)), "return a set")
+
+
+def single_digit_layers(names, placement, train_layernorm):
+    """Finds the output modules with a one-digit layer pattern: right on a 2-layer BERT, blind to layers 10 and 11."""
+    import re
+
+    trained = right_names(names, placement, train_layernorm)
+    return {n for n in trained if ".adapter." not in n or re.match(r"bert\.encoder\.layer\.\d\.", n)}
+
+
+def layer_from_one_character(names, placement, train_layernorm):
+    """Reads the layer number as the character after 'layer.': layer 10 becomes layer 1."""
+    trained = {n for n in right_names(names, placement, train_layernorm) if ".adapter." not in n}
+    for n in names:
+        if n.startswith("bert.encoder.layer.") and n.endswith(".output.dense.weight"):
+            module = n.removesuffix(".dense.weight")
+            module = module[:19] + module[19] + module[module.index(".", 19):]
+            if placement == "houlsby" or not module.endswith("attention.output"):
+                trained |= {f"{module}.adapter.{p}.{k}" for p in ("down", "up") for k in ("weight", "bias")}
+    return trained
+
+
+def two_layers_assumed(names, placement, train_layernorm):
+    kept = [n for n in names if not n.startswith("bert.encoder.layer.") or n.split(".")[3] in ("0", "1")]
+    return right_names(kept, placement, train_layernorm) | {n for n in names if ".LayerNorm." in n and train_layernorm}
+
+
+def test_trained_names_are_checked_on_bert_base_s_twelve_layers():
+    check = checks.check_trained_names
+    _fails(check, single_digit_layers, "wrong for layers 10, 11", "two digits")
+    _fails(check, layer_from_one_character, "layers 10, 11", "whole number")
+    _fails(check, two_layers_assumed, "do not assume how many layers")
+    _fails(check, lambda n, p, t: list(right_names(n, p, t)) + [0], "parameter names")
 
 
 def test_trained_names_report_a_stub_as_missing():
