@@ -5,8 +5,9 @@ of accuracy against trained parameters.
 Like :mod:`adapterlab.checks`, each check runs the student's code on random cases, compares it with an
 independent reference, prints one line starting with ✔, raises :class:`CheckFailed` naming the mistake
 on a wrong answer, and says "The answer is missing" while the exercise still raises NotImplementedError.
-The models are tiny random BERT classifiers built inside the check (3–4 layers, d = 32, no dropout),
-so every check runs in about a second and needs neither a backbone download nor data.
+The models are small random BERT classifiers built inside the check (d = 32; BERT-base's 12 layers where
+names or spans depend on the depth; dropout on where training is checked), so every check runs in seconds
+and needs neither a backbone download nor data.
 """
 
 from __future__ import annotations
@@ -22,20 +23,20 @@ import torch
 
 from .ablation import span_ablation
 from .checkpoints import load_adapter_set, save_adapter_set, saved_parameters
-from .checks import POOLER_STAYS_FROZEN, CheckFailed, _call, _close, _passed
+from .checks import POOLER_STAYS_FROZEN, CheckFailed, _call, _close, _passed, plain_errors
 from .placement import add_adapters, enabled_layers, parameter_group, set_adapters_enabled, set_trainable
 
 __all__ = ["CheckFailed", "check_training_step", "check_matthews", "check_span_ablation", "check_serving",
            "check_pareto_front"]
 
 
-def _tiny_classifier(seed: int, layers: int = 3, init_scale: float = 1e-2):
-    """A tiny random BertForSequenceClassification with Houlsby adapters (r = 4), dropout off."""
+def _tiny_classifier(seed: int, layers: int = 3, init_scale: float = 1e-2, dropout: float = 0.0):
+    """A tiny random BertForSequenceClassification with Houlsby adapters (r = 4), dropout off unless asked for."""
     from transformers import BertConfig, BertForSequenceClassification  # only the checks that need it pay for it
 
     config = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=layers, num_attention_heads=4,
-                        intermediate_size=64, max_position_embeddings=32, hidden_dropout_prob=0.0,
-                        attention_probs_dropout_prob=0.0, num_labels=2)
+                        intermediate_size=64, max_position_embeddings=32, hidden_dropout_prob=dropout,
+                        attention_probs_dropout_prob=dropout, num_labels=2)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         model = BertForSequenceClassification(config)
@@ -100,8 +101,16 @@ def _check_frozen(model, expected: set[str]) -> None:
 
 
 def _check_optimizer_holds(model, optimizer) -> None:
-    """The optimizer must hold exactly the trainable tensors (nanoGPT's configure_optimizers habit)."""
-    held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    """The optimizer must hold exactly the trainable tensors (nanoGPT's configure_optimizers habit), each once."""
+    listed = [p for group in optimizer.param_groups for p in group["params"]]
+    held = {id(p) for p in listed}
+    names = {id(p): name for name, p in model.named_parameters()}
+    if len(listed) != len(held):
+        twice = next(p for k, p in enumerate(listed) if any(p is q for q in listed[:k]))
+        raise CheckFailed(
+            f"Your optimizer holds {names.get(id(twice), 'a tensor')} twice ({len(listed)} entries for {len(held)} "
+            "tensors): each step would update it twice. List every trainable tensor once."
+        )
     frozen = [name for name, p in model.named_parameters() if not p.requires_grad and id(p) in held]
     if frozen:
         raise CheckFailed(
@@ -116,49 +125,107 @@ def _check_optimizer_holds(model, optimizer) -> None:
             f"Your optimizer leaves out {len(left_out)} trainable tensors, e.g. {left_out[0]}: they get "
             "gradients but never move. Give it every parameter that requires grad."
         )
+    if len(held) > len(names):
+        raise CheckFailed("Your optimizer holds tensors that are not the model's parameters: build it over "
+                          "model.parameters() (those that require grad).")
 
 
-def _fresh_gradients(model, batch, names: list[str]) -> tuple[float, list[torch.Tensor]]:
-    """The loss on the batch and its gradients for the named tensors, computed on a copy by autograd."""
-    twin = copy.deepcopy(model)
-    parameters = dict(twin.named_parameters())
-    loss = twin(**batch).loss
-    return loss.item(), list(torch.autograd.grad(loss, [parameters[n] for n in names]))
+def _check_optimizer_kind(optimizer, learning_rate: float, prepare_name: str) -> None:
+    """AdamW, as the exercise asks, at the learning rate it was given (every parameter group)."""
+    if not isinstance(optimizer, torch.optim.AdamW):
+        raise CheckFailed(
+            f"{prepare_name} returned a {type(optimizer).__name__} optimizer; the exercise asks for AdamW "
+            "(torch.optim.AdamW), the optimizer the labs train adapters with: its decoupled weight decay is part "
+            "of the recipe."
+        )
+    rates = sorted({group["lr"] for group in optimizer.param_groups})
+    if any(not isinstance(rate, (int, float)) or not math.isclose(rate, learning_rate, rel_tol=1e-9) for rate in rates):
+        shown = ", ".join(f"{rate:g}" if isinstance(rate, (int, float)) else repr(rate) for rate in rates)
+        raise CheckFailed(
+            f"Your optimizer's learning rate is {shown}, but {prepare_name} was given learning_rate={learning_rate:g}: "
+            "use the argument, not a number of your own (the labs sweep it)."
+        )
 
 
-def check_training_step(prepare_fn, step_fn) -> None:
-    """Check lab 6's exercise on a tiny random BERT classifier with Houlsby adapters.
-
-    ``prepare_fn(model, learning_rate) -> optimizer`` gets a model whose every tensor requires grad; it
-    must freeze all but what the package's freeze policy trains (adapters, LayerNorms, classifier; the
-    pretrained pooler stays frozen, as in adapter-bert) and return an optimizer over exactly the
-    trainable tensors. ``step_fn(model, optimizer, batch) -> loss`` makes one training step. Checked
-    over a few steps on one batch: each step sees the fresh gradient of its own loss (no accumulation),
-    calls ``optimizer.step()`` once, leaves every frozen tensor bit-identical, and the loss falls.
-    """
-    prepare_name, step_name = getattr(prepare_fn, "__name__", "prepare"), getattr(step_fn, "__name__", "step")
-    model = _tiny_classifier(seed=6)
-    for parameter in model.parameters():
-        parameter.requires_grad_(True)  # as a freshly built model: nothing frozen yet
-    policy = set_trainable(copy.deepcopy(model), "adapters")
-    expected = {name for name, p in policy.named_parameters() if p.requires_grad}
-    before = {name: p.detach().clone() for name, p in model.named_parameters()}
-
-    optimizer = _call(f"{prepare_name}(model, learning_rate={TRAINING_LR})", prepare_fn, model, TRAINING_LR)
+def _prepared(prepare_name, prepare_fn, model, learning_rate, expected: set[str]):
+    """Call the student's prepare on ``model``; check the freezing and the optimizer it returns."""
+    optimizer = _call(f"{prepare_name}(model, learning_rate={learning_rate:g})", prepare_fn, model, learning_rate)
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise CheckFailed(
             f"{prepare_name} returned {type(optimizer).__name__}; it must return the optimizer it built "
             "(e.g. a torch.optim.AdamW)."
         )
     _check_frozen(model, expected)
+    _check_optimizer_kind(optimizer, learning_rate, prepare_name)
     _check_optimizer_holds(model, optimizer)
+    return optimizer
+
+
+def _policy(model) -> set[str]:
+    """What the package's freeze policy trains in this model (the reference)."""
+    policy = set_trainable(copy.deepcopy(model), "adapters")
+    return {name for name, p in policy.named_parameters() if p.requires_grad}
+
+
+def _fresh_gradients(model, batch, names: list[str], seed: int, mode: str = "train"):
+    """The loss on the batch and its gradients for the named tensors, on a copy, by autograd; dropout draws its
+    masks from ``seed``. ``mode``: "train" (the reference), "eval" (dropout off) or "unmasked" (no attention mask)."""
+    twin = copy.deepcopy(model)
+    twin.train(mode != "eval")
+    parameters = dict(twin.named_parameters())
+    given = {k: v for k, v in batch.items() if not (mode == "unmasked" and k == "attention_mask")}
+    with torch.random.fork_rng(), torch.enable_grad():
+        torch.manual_seed(seed)
+        loss = twin(**given).loss
+        return loss.item(), list(torch.autograd.grad(loss, [parameters[n] for n in names]))
+
+
+def _padded_batch(labels: list[int]) -> dict:
+    """Rows of different lengths padded with 0 at the end, the attention mask marking the real tokens."""
+    rows = len(labels)
+    ids = _token_batch(60, rows, length=10)
+    mask = torch.ones(rows, 10, dtype=torch.long)
+    for row, length in enumerate([10, 6, 8, 4, 9, 5][:rows]):
+        ids[row, length:] = 0
+        mask[row, length:] = 0
+    return {"input_ids": ids, "attention_mask": mask, "labels": torch.tensor(labels)}
+
+
+_NO_GRAD_HINT = ("If the loss has no grad_fn, the forward ran under torch.no_grad() or torch.inference_mode(): a "
+                 "training step needs autograd on.")
+
+
+@plain_errors
+def check_training_step(prepare_fn, step_fn) -> None:
+    """Check lab 6's exercise on small random BERT classifiers with Houlsby adapters.
+
+    ``prepare_fn(model, learning_rate) -> optimizer`` gets a model whose every tensor requires grad; it
+    must freeze all but what the package's freeze policy trains (adapters, LayerNorms, classifier; the
+    pretrained pooler stays frozen, as in adapter-bert) and return an AdamW optimizer at the given learning
+    rate over exactly the trainable tensors, each once. Checked on a model with BERT-base's 12 layers and on
+    the 3-layer model that then trains. ``step_fn(model, optimizer, batch) -> loss`` makes one training step.
+    Checked over a few steps on one padded batch, with dropout on: each step sees the fresh gradient of its
+    own loss (training mode, attention mask used, no accumulation), calls ``optimizer.step()`` once, leaves
+    every frozen tensor bit-identical, and the loss falls.
+    """
+    prepare_name, step_name = getattr(prepare_fn, "__name__", "prepare"), getattr(step_fn, "__name__", "step")
+    deep = _tiny_classifier(seed=5, layers=12)
+    deep.requires_grad_(True)
+    _prepared(prepare_name, prepare_fn, deep, 3e-4, _policy(deep))
+
+    model = _tiny_classifier(seed=6, dropout=0.1).train()
+    model.requires_grad_(True)  # as a freshly built model: nothing frozen yet
+    expected = _policy(model)
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    optimizer = _prepared(prepare_name, prepare_fn, model, TRAINING_LR, expected)
 
     names = sorted(expected)
     parameters = dict(model.named_parameters())
-    labels = torch.tensor([0, 1, 1, 0, 1, 0])
-    batch = {"input_ids": _token_batch(60, len(labels)), "attention_mask": torch.ones(len(labels), 8, dtype=torch.long),
-             "labels": labels}
+    batch = _padded_batch([0, 1, 1, 0, 1, 0])
     seen: dict = {}
+
+    def same(grads, reference) -> bool:
+        return all(_close(g, f) for g, f in zip(grads, reference))
 
     def inspect_gradients(optimizer, args, kwargs):
         """Runs inside optimizer.step(): are the gradients there, and are they this step's own?"""
@@ -170,28 +237,48 @@ def check_training_step(prepare_fn, step_fn) -> None:
                 "backpropagated. Call loss.backward() before optimizer.step()."))
             return
         grads = [torch.zeros_like(parameters[n]) if g is None else g for n, g in zip(names, grads)]
-        if all(_close(g, f) for g, f in zip(grads, seen["fresh"])):
+        if same(grads, seen["fresh"]):
             return
         previous = seen.get("previous")
+        seed, call = seen["seed"], seen["call"]
         if previous is not None and all(_close(g, f + p) for g, f, p in zip(grads, seen["fresh"], previous)):
             seen.setdefault("problem", (
-                f"At step {seen['call']} the gradients are the sum of this step's and the previous step's: "
+                f"At step {call} the gradients are the sum of this step's and the previous step's: "
                 "gradients accumulate because they are never reset. Call optimizer.zero_grad() after "
                 "optimizer.step() (or before loss.backward())."))
+        elif same(grads, _fresh_gradients(model, batch, names, seed, "eval")[1]):
+            seen.setdefault("problem", (
+                f"At step {call} the model ran in evaluation mode, so dropout was off: your code calls model.eval() "
+                "(or never model.train() after it). Training steps run the model in training mode."))
+        elif same(grads, _fresh_gradients(model, batch, names, seed, "unmasked")[1]):
+            seen.setdefault("problem", (
+                f"At step {call} the loss ignored the attention mask: the padding tokens were attended to as if "
+                "they were words. Pass the whole batch, model(**batch), attention_mask included."))
         else:
             seen.setdefault("problem", (
-                f"At step {seen['call']} the gradients optimizer.step() sees are not those of this batch's loss "
+                f"At step {call} the gradients optimizer.step() sees are not those of this batch's loss "
                 "(autograd on a copy of the model disagrees): compute loss = model(**batch).loss on the batch "
                 "you are given, then call loss.backward() once."))
 
+    def eval_loss() -> float:
+        mode = model.training
+        model.eval()
+        with torch.no_grad():
+            value = model(**batch).loss.item()
+        model.train(mode)
+        return value
+
+    first_loss = eval_loss()
     hook = optimizer.register_step_pre_hook(inspect_gradients)
     try:
-        first_loss = None
         for call in range(1, TRAINING_STEPS + 1):
-            loss_now, fresh = _fresh_gradients(model, batch, names)
-            first_loss = loss_now if first_loss is None else first_loss
-            seen.update(call=call, steps=0, fresh=fresh)
-            returned = _call(f"{step_name}(model, optimizer, batch)", step_fn, model, optimizer, batch)
+            seed = 600 + call
+            loss_now, fresh = _fresh_gradients(model, batch, names, seed)
+            seen.update(call=call, steps=0, fresh=fresh, seed=seed)
+            with torch.random.fork_rng():
+                torch.manual_seed(seed)  # the same dropout masks as the reference
+                returned = _call(f"{step_name}(model, optimizer, batch)", step_fn, model, optimizer, dict(batch),
+                                 hint=_NO_GRAD_HINT)
             if "problem" in seen:
                 raise CheckFailed(seen["problem"])
             if seen["steps"] == 0:
@@ -214,17 +301,20 @@ def check_training_step(prepare_fn, step_fn) -> None:
     moved = [name for name in before if name not in expected and not torch.equal(before[name], parameters[name])]
     if moved:
         raise CheckFailed(f"{len(moved)} frozen tensors changed during training, e.g. {moved[0]}; frozen means untouched.")
-    with torch.no_grad():
-        last_loss = model(**batch).loss.item()
+    if not model.training:
+        raise CheckFailed(f"After {step_name} the model is left in evaluation mode: a training step leaves it as it "
+                          "found it, in training mode (the next step's dropout depends on it).")
+    last_loss = eval_loss()
     if not last_loss < first_loss:
         raise CheckFailed(
             f"After {TRAINING_STEPS} steps the loss on the same batch went from {first_loss:.4f} to {last_loss:.4f}; "
             "it should fall. Check the optimizer's learning rate (use the one you are given)."
         )
     _passed(
-        f"Your training step is right: only the {len(expected)} adapter, LayerNorm and classifier tensors train, the "
-        f"optimizer holds exactly those, each step uses its own fresh gradients, frozen tensors stay bit-identical, "
-        f"and the loss on one batch falls over {TRAINING_STEPS} steps."
+        f"Your training step is right: only the adapter, LayerNorm and classifier tensors train ({len(expected)} in "
+        "the 3-layer model, all 12 layers checked too), AdamW at the given rate holds exactly those, each step uses "
+        "its own fresh gradients (dropout on, padding masked), frozen tensors stay bit-identical, and the loss on "
+        f"one batch falls over {TRAINING_STEPS} steps."
     )
 
 

@@ -123,6 +123,76 @@ def step_returning_nothing(model, optimizer, batch):
     step(model, optimizer, batch)
 
 
+def prepare_fixed_rate(model, learning_rate):
+    set_trainable(model, "adapters")
+    return torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=2e-5)
+
+
+def prepare_sgd(model, learning_rate):
+    set_trainable(model, "adapters")
+    return torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=learning_rate)
+
+
+def prepare_adam(model, learning_rate):
+    set_trainable(model, "adapters")
+    return torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=learning_rate, weight_decay=0.01)
+
+
+def prepare_head_listed_twice(model, learning_rate):
+    set_trainable(model, "adapters")
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    with pytest.warns(UserWarning):
+        return torch.optim.AdamW(trainable + [model.classifier.weight], lr=learning_rate)
+
+
+def prepare_norms_of_three_layers(model, learning_rate):
+    """LayerNorms of layers 0–2 only: right on a 3-layer model, not on BERT-base's 12."""
+    for name, parameter in model.named_parameters():
+        norm = "LayerNorm" in name and (name.startswith("bert.embeddings") or any(f"layer.{i}." in name for i in range(3)))
+        parameter.requires_grad_("adapter" in name or "classifier" in name or norm)
+    return torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=learning_rate)
+
+
+def step_without_mask(model, optimizer, batch):
+    loss = model(input_ids=batch["input_ids"], labels=batch["labels"]).loss
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    return loss.item()
+
+
+def step_in_eval_mode(model, optimizer, batch):
+    model.eval()
+    return step(model, optimizer, batch)
+
+
+def step_under_no_grad(model, optimizer, batch):
+    with torch.no_grad():
+        loss = model(**batch).loss
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    return loss.item()
+
+
+@pytest.mark.parametrize(
+    "prepare, train_step, words",
+    [
+        (prepare_fixed_rate, step, ("learning rate is 2e-05", "use the argument")),
+        (prepare_sgd, step, ("SGD optimizer", "AdamW")),
+        (prepare_adam, step, ("Adam optimizer", "AdamW")),
+        (prepare_head_listed_twice, step, ("classifier.weight twice",)),
+        (prepare_norms_of_three_layers, step, ("should train are frozen", "LayerNorm")),
+        (prepare_by_name, step_without_mask, ("attention mask",)),
+        (prepare_by_name, step_in_eval_mode, ("evaluation mode", "dropout")),
+        (prepare_by_name, step_under_no_grad, ("raised RuntimeError", "torch.no_grad()")),
+    ],
+    ids=lambda value: getattr(value, "__name__", None) if callable(value) else None,
+)
+def test_training_step_checks_what_the_exercise_asks(prepare, train_step, words):
+    _fails(ct.check_training_step, prepare, train_step, words=words)
+
+
 def test_training_step_accepts_right_answers(capsys):
     ct.check_training_step(prepare_by_name, step)
     ct.check_training_step(prepare_with_policy, step_zeroing_first)
