@@ -330,24 +330,54 @@ def _correlation(labels: np.ndarray, predictions: np.ndarray) -> float:
     return float(x @ y) / scale if scale > 0 else 0.0
 
 
+#: CoLA's dev and train sizes: the four totals' product passes 2**31 there, so 32-bit counts overflow.
+COLA_SIZES = (1043, 8551)
+INT32_MAX = 2**31 - 1
+
+
 def _matthews_cases():
-    """(what, labels, predictions): random label sets of several sizes and balances, then the corner cases."""
+    """(what, labels, predictions): random label sets of several sizes and balances, CoLA's own sizes (as 32-bit
+    arrays, as a data loader may give them), then the corner cases."""
     generator = np.random.default_rng(7)
     cases = []
     for size, positive, agreement in [(40, 0.5, 0.8), (97, 0.7, 0.65), (250, 0.3, 0.55), (13, 0.6, 0.3)]:
         labels = (generator.random(size) < positive).astype(np.int64)
         predictions = np.where(generator.random(size) < agreement, labels, 1 - labels)
         cases.append((f"{size} random labels", labels, predictions))
+    for size in COLA_SIZES:
+        labels = (generator.random(size) < 0.69).astype(np.int32)
+        predictions = np.where(generator.random(size) < 0.8, labels, 1 - labels).astype(np.int32)
+        cases.append((f"{size} labels, CoLA's size, as int32 arrays", labels, predictions))
     labels = (generator.random(30) < 0.7).astype(np.int64)
     labels[:2] = [0, 1]
     cases += [
         ("a constant predictor (always 1)", labels, np.ones_like(labels)),
+        ("a constant predictor (always 0)", labels, np.zeros_like(labels)),
         ("a perfect predictor", labels, labels.copy()),
         ("an inverted predictor", labels, 1 - labels),
         ("labels of one class only (no 0 at all)", np.ones(12, dtype=np.int64),
          (generator.random(12) < 0.5).astype(np.int64)),
+        ("perfect predictions of labels of one class only", np.ones(12, dtype=np.int64), np.ones(12, dtype=np.int64)),
     ]
     return cases
+
+
+def _overflowed(value: float, labels, predictions) -> str | None:
+    """The message for a score spoilt by 32-bit counts at CoLA's size, or None."""
+    tp, tn, fp, fn = _counts(labels, predictions)
+    product = (tp + fp) * (tp + fn) * (tn + fp) * (tn + fn)
+    if product <= INT32_MAX:
+        return None
+    with np.errstate(all="ignore"):
+        t = [np.int32(x) for x in (tp, tn, fp, fn)]
+        wrapped = int((t[0] + t[2]) * (t[0] + t[3]) * (t[1] + t[2]) * (t[1] + t[3]))
+    candidates = {float("nan")} | ({(tp * tn - fp * fn) / math.sqrt(wrapped)} if wrapped > 0 else set())
+    if math.isnan(value) or math.isinf(value) or any(math.isclose(value, c, rel_tol=1e-6) for c in candidates):
+        return (f"At CoLA's size (n = {len(labels):,}) the product under the root, (TP+FP)(TP+FN)(TN+FP)(TN+FN) = "
+                f"{product:.2e}, is larger than a 32-bit integer holds ({INT32_MAX:,}): your counts are 32-bit "
+                "(NumPy keeps int32 for int32 arrays) and the product overflows. Turn the counts into Python ints "
+                "(int(...)) or floats before multiplying.")
+    return None
 
 
 def _counts(labels, predictions) -> tuple[int, int, int, int]:
@@ -385,6 +415,7 @@ def _matthews_mistake(got: float, labels, predictions) -> str | None:
     return None
 
 
+@plain_errors
 def check_matthews(matthews_fn) -> None:
     """Check ``matthews_fn(labels, predictions) -> float`` for 0/1 NumPy arrays (lab 7).
 
@@ -404,15 +435,20 @@ def check_matthews(matthews_fn) -> None:
         value = _as_float(got)
         if value is None:
             raise CheckFailed(f"{call} returned {got!r}; return the score as one number (a float).")
+        overflow = None if degenerate or math.isclose(value, expected, rel_tol=1e-6, abs_tol=1e-9) else _overflowed(
+            value, labels, predictions)
+        if overflow:
+            raise CheckFailed(f"{call} returned {value:.4f}; the Matthews correlation is {expected:.4f}. {overflow}")
         if math.isnan(value) or math.isinf(value):
             raise CheckFailed(f"{call} returned {value}. {zero if degenerate else 'Return a finite number.'}")
         if math.isclose(value, expected, rel_tol=1e-6, abs_tol=1e-9):
             continue
-        problem = _matthews_mistake(value, labels, predictions)
+        problem = zero if degenerate else _matthews_mistake(value, labels, predictions)
         raise CheckFailed(f"{call} returned {value:.4f}; the Matthews correlation is {expected:.4f}. "
                           + (problem or "Count TP, TN, FP and FN from the two arrays, then apply the formula."))
-    _passed("Your Matthews correlation matches the correlation of labels and predictions on 4 random label sets, "
-            "and gives 0 for a constant predictor and one-class labels, 1 when perfect, −1 when inverted.")
+    _passed("Your Matthews correlation matches the correlation of labels and predictions on 4 random label sets "
+            "and at CoLA's sizes (1,043 and 8,551), and gives 0 for a constant predictor and one-class labels, 1 when "
+            "perfect, −1 when inverted.")
 
 
 # --------------------------------------------------------------------------------------------------

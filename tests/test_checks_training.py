@@ -322,6 +322,47 @@ def test_matthews_names_the_mistake(answer, words):
     _fails(ct.check_matthews, answer, words=words)
 
 
+def matthews_int32(labels, predictions):
+    """Counts as dot products: int32 arrays give int32 counts, and the product under the root overflows."""
+    labels, predictions = np.asarray(labels), np.asarray(predictions)
+    tp, fp = labels @ predictions, (1 - labels) @ predictions
+    fn, tn = labels @ (1 - predictions), (1 - labels) @ (1 - predictions)
+    with np.errstate(all="ignore"):
+        denominator = np.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
+        return float((tp * tn - fp * fn) / denominator) if denominator else 0.0
+
+
+def matthews_perfect_is_one(labels, predictions):
+    if np.array_equal(labels, predictions):
+        return 1.0
+    return matthews(labels, predictions)
+
+
+def matthews_zero_only_for_all_ones(labels, predictions):
+    """Handles the constant predictor 'always 1' only; 'always 0' divides by zero."""
+    if np.all(np.asarray(predictions) == 1):
+        return 0.0
+    return matthews_dividing_by_zero(labels, predictions)
+
+
+def matthews_rounded(labels, predictions):
+    return round(matthews(labels, predictions), 2)
+
+
+@pytest.mark.parametrize(
+    "answer, words",
+    [
+        (matthews_int32, ("CoLA's size", "32-bit", "int(")),
+        (matthews_perfect_is_one, ("perfect predictions of labels of one class only", "defined as 0")),
+        (matthews_zero_only_for_all_ones, ("always 0", "return 0.0 instead of dividing")),
+        (matthews_rounded, ("the Matthews correlation is",)),
+    ],
+    ids=lambda value: getattr(value, "__name__", None) if callable(value) else None,
+)
+def test_matthews_degenerate_cases_and_cola_sizes(answer, words):
+    _fails(ct.check_matthews, answer, words=words)
+
+
 def test_matthews_reports_a_stub_as_missing():
     _fails(ct.check_matthews, _stub, words=(MISSING,))
 
