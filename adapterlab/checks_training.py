@@ -455,7 +455,8 @@ def check_matthews(matthews_fn) -> None:
 # Lab 8: the span-ablation loop
 # --------------------------------------------------------------------------------------------------
 
-ABLATION_LAYERS = 4
+#: BERT-base's 12 layers: 78 spans, and layer numbers with two digits.
+ABLATION_LAYERS = 12
 
 
 class _EvaluationFailed(RuntimeError):
@@ -491,6 +492,43 @@ def _variant_scores(model, score, spans_off, restore: bool) -> dict:
     return out
 
 
+def _model_state(model) -> dict:
+    """Everything about a model a loop over it must give back besides its tensors and its enabled adapters."""
+    def hooks(module):
+        return sum(len(getattr(module, kind, {})) for kind in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
+                                                               "_backward_pre_hooks"))
+
+    return {"grad": torch.is_grad_enabled(),
+            "training": {name: m.training for name, m in model.named_modules()},
+            "requires_grad": {name: p.requires_grad for name, p in model.named_parameters()},
+            "hooks": {name: hooks(m) for name, m in model.named_modules()}}
+
+
+def _state_change(before: dict, after: dict, when: str = "") -> str | None:
+    """What a loop left changed, in words, or None."""
+    if after["grad"] != before["grad"]:
+        return (f"{when}Your loop leaves autograd switched {'off' if before['grad'] else 'on'} for everything that runs "
+                "after it (torch.set_grad_enabled(...) without putting it back): every later training cell would "
+                "silently compute no gradients. score(model) already evaluates without gradients; leave grad mode alone, "
+                "or use `with torch.no_grad():`, which restores it.")
+    modes = [name for name, mode in before["training"].items() if after["training"].get(name) != mode]
+    if modes:
+        left = "evaluation" if before["training"][modes[0]] else "training"
+        return (f"{when}Your loop leaves the model in {left} mode (model.{'eval' if left == 'evaluation' else 'train'}()): "
+                f"it came in {'training' if left == 'evaluation' else 'evaluation'} mode, and a restore means every "
+                "module's mode as it was. Remember model.training and put it back in a `finally:` block.")
+    flags = [name for name, flag in before["requires_grad"].items() if after["requires_grad"].get(name) != flag]
+    if flags:
+        return (f"{when}Your loop changes which tensors require grad ({len(flags)} of them, e.g. {flags[0]}): "
+                "switching adapters off is set_adapters_enabled's job; leave requires_grad as it was.")
+    hooks = [name or "the model" for name, count in after["hooks"].items() if count != before["hooks"].get(name, 0)]
+    if hooks:
+        return (f"{when}Your loop leaves hooks registered on {hooks[0]}{' and other modules' if len(hooks) > 1 else ''}: "
+                "they run at every later forward pass. Remove every hook you register (handle.remove()) in a "
+                "`finally:` block.")
+    return None
+
+
 def _ablation_mistake(model, score, values: dict, expected: dict, left_off: list[int]) -> str:
     """What a loop whose scores are ``values`` did wrong, in words (``model`` is as it came in)."""
     def same(scores: dict) -> bool:
@@ -510,16 +548,20 @@ def _ablation_mistake(model, score, values: dict, expected: dict, left_off: list
             f"off (and all others on) the model scores {expected[worst]:.5f}.")
 
 
+@plain_errors
 def check_span_ablation(ablate_fn) -> None:
     """Check ``ablate_fn(model, score) -> {(i, j): score}`` (lab 8) against :func:`adapterlab.ablation.span_ablation`.
 
     For every span 0 ≤ i ≤ j < L the adapters of layers i..j (inclusive) are switched off, ``score(model)``
     is taken, and they are switched back on; afterwards the model must be exactly as it came in (every
-    adapter on, every tensor and output bit-identical), even when ``score`` raises halfway.
+    adapter on, every tensor and output bit-identical, training mode, requires_grad flags, hooks and grad mode
+    as they were), even when ``score`` raises halfway. The model has BERT-base's 12 layers (78 spans) and comes
+    in training mode, as it is right after training.
     """
     name = getattr(ablate_fn, "__name__", "ablate")
-    model = _tiny_classifier(seed=8, layers=ABLATION_LAYERS, init_scale=0.3)  # big adapters, so each span shows
+    model = _tiny_classifier(seed=8, layers=ABLATION_LAYERS, init_scale=0.3).train()  # big adapters: each span shows
     pristine = copy.deepcopy(model)
+    state = _model_state(model)
     batch = _token_batch(80, 5)
     score = _score_fn(batch)
     with torch.no_grad():
@@ -529,7 +571,12 @@ def check_span_ablation(ablate_fn) -> None:
     expected = {(i, j): float(reference.scores[i, j]) for i in range(ABLATION_LAYERS)
                 for j in range(i, ABLATION_LAYERS)}
 
-    got = _call(f"{name}(model, score)", ablate_fn, model, score)
+    try:
+        got = _call(f"{name}(model, score)", ablate_fn, model, score)
+    finally:
+        grad_after = torch.is_grad_enabled()
+        torch.set_grad_enabled(state["grad"])  # whatever the answer did, the notebook gets its grad mode back
+    changed = _state_change(state, dict(_model_state(model), grad=grad_after))
     if not isinstance(got, dict) or set(got) != set(expected):
         shown = sorted(got)[:4] if isinstance(got, dict) else type(got).__name__
         raise CheckFailed(
@@ -544,10 +591,12 @@ def check_span_ablation(ablate_fn) -> None:
         raise CheckFailed(_ablation_mistake(pristine, score, values, expected, left_off))
     if left_off:
         raise CheckFailed(f"After your loop the adapters of layers {left_off} are still off: switch them back on.")
+    if changed:
+        raise CheckFailed(changed)
     with torch.no_grad():
         unchanged = torch.equal(model(input_ids=batch).logits, outputs)
-    state = pristine.state_dict()
-    if not unchanged or any(not torch.equal(v, state[k]) for k, v in model.state_dict().items()):
+    tensors = pristine.state_dict()
+    if not unchanged or any(not torch.equal(v, tensors[k]) for k, v in model.state_dict().items()):
         raise CheckFailed("After your loop the model's weights or outputs differ from before: switch adapters off "
                           "and on with set_adapters_enabled; do not change or remove any tensor.")
 
@@ -560,15 +609,23 @@ def check_span_ablation(ablate_fn) -> None:
     else:
         raise CheckFailed(f"When score(model) raised an error, {name} carried on as if nothing had happened; let "
                           "the error reach the caller (try/finally, without except).")
+    finally:
+        grad_after = torch.is_grad_enabled()
+        torch.set_grad_enabled(state["grad"])
     still_off = sorted(set(range(ABLATION_LAYERS)) - set(enabled_layers(failing)))
     if still_off:
         raise CheckFailed(
             f"When score(model) raised an error halfway, your loop left the adapters of layers {still_off} "
             "switched off. Switch them back on in a `finally:` block, which runs whatever happens."
         )
+    changed = _state_change(state, dict(_model_state(failing), grad=grad_after),
+                            when="When score(model) raised an error halfway: ")
+    if changed:
+        raise CheckFailed(changed)
     _passed(
         f"Your span ablation matches adapterlab.ablation on all {len(expected)} spans of a "
-        f"{ABLATION_LAYERS}-layer model, and leaves the model bit-identical, even when the evaluation fails."
+        f"{ABLATION_LAYERS}-layer model, and leaves the model as it came (tensors, outputs, modes, flags, hooks), even "
+        "when the evaluation fails."
     )
 
 

@@ -491,6 +491,69 @@ def test_span_ablation_names_the_mistake(answer, words):
     _fails(ct.check_span_ablation, answer, words=words)
 
 
+def ablate_in_eval_mode(model, score):
+    model.eval()  # sensible for an evaluation, but never undone
+    return ablate(model, score)
+
+
+def ablate_without_autograd(model, score):
+    torch.set_grad_enabled(False)  # "no gradients needed here", for the rest of the notebook too
+    return ablate(model, score)
+
+
+def ablate_freezing_everything(model, score):
+    model.requires_grad_(False)
+    return ablate(model, score)
+
+
+def ablate_counting_passes(model, score):
+    passes = []
+    model.register_forward_pre_hook(lambda module, args: passes.append(1))  # never removed
+    return ablate(model, score)
+
+
+def ablate_four_layers(model, score):
+    """Written for a 4-layer model: the number of layers is not read from the model."""
+    scores = {}
+    for i in range(4):
+        for j in range(i, 4):
+            set_adapters_enabled(model, False, layers=list(range(i, j + 1)))
+            try:
+                scores[i, j] = score(model)
+            finally:
+                set_adapters_enabled(model, True)
+    return scores
+
+
+def ablate_eval_restored_only_on_success(model, score):
+    mode = model.training
+    model.eval()
+    scores = ablate(model, score)
+    model.train(mode)
+    return scores
+
+
+@pytest.mark.parametrize(
+    "answer, words",
+    [
+        (ablate_in_eval_mode, ("evaluation mode", "came in training mode")),
+        (ablate_without_autograd, ("autograd switched off",)),
+        (ablate_freezing_everything, ("require grad",)),
+        (ablate_counting_passes, ("hooks registered on the model", "handle.remove()")),
+        (ablate_four_layers, ("78 spans",)),
+        (ablate_eval_restored_only_on_success, ("raised an error halfway", "evaluation mode")),
+    ],
+    ids=lambda value: getattr(value, "__name__", None) if callable(value) else None,
+)
+def test_span_ablation_checks_every_part_of_the_restore(answer, words):
+    grad_mode = torch.is_grad_enabled()
+    try:
+        _fails(ct.check_span_ablation, answer, words=words)
+        assert torch.is_grad_enabled() == grad_mode  # the check itself gives the grad mode back
+    finally:
+        torch.set_grad_enabled(grad_mode)
+
+
 def test_span_ablation_reports_a_stub_as_missing():
     _fails(ct.check_span_ablation, _stub, words=(MISSING,))
 
