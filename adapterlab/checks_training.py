@@ -12,9 +12,12 @@ and needs neither a backbone download nor data.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import numbers
+import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -22,7 +25,7 @@ import numpy as np
 import torch
 
 from .ablation import span_ablation
-from .checkpoints import load_adapter_set, save_adapter_set, saved_parameters
+from .checkpoints import CONFIG_FILE, load_adapter_set, save_adapter_set, saved_parameters
 from .checks import POOLER_STAYS_FROZEN, CheckFailed, _call, _close, _passed, plain_errors
 from .placement import add_adapters, enabled_layers, parameter_group, set_adapters_enabled, set_trainable
 
@@ -656,12 +659,44 @@ def _serving_case(directory: Path):
     return base, sets, requests, server
 
 
+_OPENED: dict = {"log": None}
+
+
+def _audit(event: str, args) -> None:
+    """Python's audit hook: while a log is open, note the path of every file opened."""
+    log = _OPENED["log"]
+    if log is not None and event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):
+        log.append(os.fsdecode(args[0]))
+
+
+@contextlib.contextmanager
+def _files_opened():
+    """The paths of the files opened inside (an audit hook, added once per process; it costs nothing while closed)."""
+    if not _OPENED.get("installed"):
+        sys.addaudithook(_audit)
+        _OPENED["installed"] = True
+    log: list[str] = []
+    _OPENED["log"] = log
+    try:
+        yield log
+    finally:
+        _OPENED["log"] = None
+
+
+def _loads(log: list[str], sets: dict) -> int:
+    """How many times an adapter set's config was read: once per load_adapter_set (calibrated by the caller)."""
+    configs = {str(Path(folder) / CONFIG_FILE) for folder in sets.values()}
+    return sum(path in configs for path in log)
+
+
+@plain_errors
 def check_serving(serve_fn) -> None:
     """Check ``serve_fn(model, adapter_sets, requests) -> outputs`` (lab 9).
 
     ``requests`` is a list of (task, input_ids) with input_ids of equal length; ``adapter_sets`` maps each
     task to its saved adapter set. The answer must hold one row of logits per request, in request order,
-    each equal to what a separate model with that task's set loaded answers, with one forward pass per task.
+    each equal to what a separate model with that task's set loaded answers, with one forward pass and one
+    adapter-set load per task, and each request's row run through the model once.
     """
     name = getattr(serve_fn, "__name__", "serve")
     with tempfile.TemporaryDirectory(prefix="adapterlab-check-") as folder:
@@ -672,12 +707,23 @@ def check_serving(serve_fn) -> None:
             load_adapter_set(model, sets[task])
             with torch.no_grad():
                 reference[task] = [model(input_ids=ids[None]).logits[0] for _, ids in requests]
-        passes = {"n": 0}
-        counter = server.register_forward_pre_hook(lambda module, args: passes.__setitem__("n", passes["n"] + 1))
+        with _files_opened() as log:
+            load_adapter_set(copy.deepcopy(base), sets["grammar"])
+        per_load = max(1, _loads(log, sets))
+        passes = {"n": 0, "rows": 0}
+
+        def count(module, args, kwargs):
+            passes["n"] += 1
+            ids = kwargs.get("input_ids", args[0] if args else None)
+            passes["rows"] += int(ids.shape[0]) if isinstance(ids, torch.Tensor) and ids.ndim == 2 else 1
+
+        counter = server.register_forward_pre_hook(count, with_kwargs=True)
         try:
-            got = _call(f"{name}(model, adapter_sets, requests)", serve_fn, server, dict(sets), list(requests))
+            with _files_opened() as log:
+                got = _call(f"{name}(model, adapter_sets, requests)", serve_fn, server, dict(sets), list(requests))
         finally:
             counter.remove()
+        loads = _loads(log, sets) // per_load
     rows = _rows(got, len(requests))
     if rows is None:
         raise CheckFailed(f"{name} must return one row of logits per request ({len(requests)} rows of 2 numbers), "
@@ -689,6 +735,16 @@ def check_serving(serve_fn) -> None:
             raise CheckFailed(
                 f"The answers are right, but you ran {passes['n']} forward passes for {tasks_used} tasks: batch each "
                 "task's requests together, so that each adapter set is loaded and run once."
+            )
+        if passes["rows"] > len(requests):
+            raise CheckFailed(
+                f"The answers are right, but your forward passes ran {passes['rows']} rows for {len(requests)} "
+                "requests: each pass should hold only its task's requests, so that every request is computed once."
+            )
+        if loads > tasks_used:
+            raise CheckFailed(
+                f"The answers are right, but you loaded adapter sets {loads} times for {tasks_used} tasks: a load "
+                "copies every tensor of the set into the model, so load each task's set once, before its group."
             )
         _passed(
             f"Your server answers {len(requests)} mixed requests for {tasks_used} tasks exactly as one model per "

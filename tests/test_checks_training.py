@@ -637,5 +637,43 @@ def test_serving_names_the_mistake(answer, words):
     _fails(ct.check_serving, answer, words=words)
 
 
+def serve_loading_per_request(model, adapter_sets, requests):
+    outputs = [None] * len(requests)
+    for task, indices in _groups(requests).items():
+        for _ in indices:  # one load per request, then one pass per task
+            load_adapter_set(model, adapter_sets[task])
+        for k, row in zip(indices, _run(model, requests, indices)):
+            outputs[k] = row
+    return outputs
+
+
+def serve_every_row_per_task(model, adapter_sets, requests):
+    """One pass per task, but each pass runs every request and keeps the task's rows."""
+    outputs = [None] * len(requests)
+    for task, indices in _groups(requests).items():
+        load_adapter_set(model, adapter_sets[task])
+        everything = _run(model, requests, range(len(requests)))
+        for k in indices:
+            outputs[k] = everything[k]
+    return outputs
+
+
+def serve_as_dict(model, adapter_sets, requests):
+    return dict(enumerate(serve(model, adapter_sets, requests)))
+
+
+@pytest.mark.parametrize(
+    "answer, words",
+    [
+        (serve_loading_per_request, ("loaded adapter sets 8 times for 3 tasks",)),
+        (serve_every_row_per_task, ("24 rows for 8", "computed once")),
+        (serve_as_dict, ("one row of logits per request",)),
+    ],
+    ids=lambda value: getattr(value, "__name__", None) if callable(value) else None,
+)
+def test_serving_counts_rows_and_loads(answer, words):
+    _fails(ct.check_serving, answer, words=words)
+
+
 def test_serving_reports_a_stub_as_missing():
     _fails(ct.check_serving, _stub, words=(MISSING,))
