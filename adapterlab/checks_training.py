@@ -803,16 +803,20 @@ def _reference_front(points: dict) -> list:
                   key=lambda label: (points[label][0], -points[label][1]))
 
 
-def _running_front(points: dict, keep, order=None) -> list:
+def _running_front(points: dict, keep, order=None, start=None) -> list:
     """A front made by walking the points from cheapest to dearest and keeping those ``keep(score, best)``
     accepts: the shape of the mistakes below."""
     order = order or sorted(points, key=lambda label: (points[label][0], -points[label][1]))
-    best, front = None, []
+    best, front = start, []
     for label in order:
         if best is None or keep(points[label][1], best):
             front.append(label)
             best = points[label][1]
     return front
+
+
+_TWINS = ("Two methods here train the same number of parameters and score exactly the same: neither is better in "
+          "one of the two, so neither dominates the other, and both are on the front.")
 
 
 def _front_mistakes(points: dict) -> list[tuple[list, str]]:
@@ -822,7 +826,7 @@ def _front_mistakes(points: dict) -> list[tuple[list, str]]:
     neighbours = [label for k, label in enumerate(ascending)
                   if k == 0 or points[label][1] > points[ascending[k - 1]][1]]
     reverse = {label: (-count, score) for label, (count, score) in points.items()}
-    return [
+    mistakes = [
         (sorted(_reference_front(reverse), key=lambda label: points[label][0]),
          "You kept the methods that no method with MORE parameters beats. The front asks the opposite question: "
          "does anything with as few or fewer trained parameters score at least as well?"),
@@ -838,7 +842,14 @@ def _front_mistakes(points: dict) -> list[tuple[list, str]]:
         ([max(points, key=lambda label: points[label][1])],
          "You returned only the best-scoring method. The front holds every method that nothing cheaper (or as "
          "cheap) beats: the cheapest method is on it too."),
+        (_running_front(points, lambda score, best: score > best, start=0.0),
+         "You started from a best score of 0, so a method scoring 0 or less never gets on the front; but scores can "
+         "be 0 or negative (a Matthews correlation is). Start below every score (−∞), or with the first method."),
+        (_running_front(points, lambda score, best: score > best), _TWINS),
     ]
+    if len(set(points.values())) < len(points):  # exact twins: that is what a wrong answer missed first
+        mistakes.insert(0, mistakes.pop())
+    return mistakes
 
 
 def _front_cases():
@@ -860,34 +871,80 @@ def _front_cases():
     cases.append(("a larger method with exactly the same score", {
         "LayerNorm only": (10_754, 0.83), "Houlsby r=2": (26_306, 0.86), "Houlsby r=32": (309_122, 0.88),
         "Houlsby r=256": (2_375_426, 0.88), "full": (22_713_986, 0.89)}))
+    cases.append(("CoLA's Matthews correlations, some of them 0 or below", {
+        "head only": (770, -0.012), "LayerNorm only": (10_754, 0.0), "BitFit": (19_202, 0.0),
+        "Houlsby r=8": (89_186, 0.071), "LoRA r=8": (150_000, -0.004), "Houlsby r=64": (600_000, 0.093),
+        "full": (22_713_986, 0.0)}))
+    cases.append(("two methods with exactly the same count and score", {
+        "head only": (770, 0.80), "BitFit": (19_202, 0.861), "LoRA r=1": (19_202, 0.861),
+        "Houlsby r=8": (89_186, 0.872), "top-1 layer": (1_775_234, 0.866), "full": (22_713_986, 0.901)}))
     return cases
 
 
+_PACKAGE_FRONT = ("Your answer calls the package's tradeoff.pareto_front: that is the function this exercise asks you "
+                  "to write. Compare the methods yourself.")
+
+
+@contextlib.contextmanager
+def _package_front_refused():
+    """Inside, adapterlab.tradeoff.pareto_front raises (an answer that calls it is not an answer)."""
+    from . import tradeoff
+
+    def refused(*args, **kwargs):
+        from .checks import _Forbidden
+
+        raise _Forbidden(_PACKAGE_FRONT)
+
+    real = tradeoff.pareto_front
+    tradeoff.pareto_front = refused
+    try:
+        yield real
+    finally:
+        tradeoff.pareto_front = real
+
+
+@plain_errors
 def check_pareto_front(front_fn) -> None:
     """Check ``front_fn(points) -> list of labels`` (lab 10): ``points`` maps a method's label to
     (trained parameters, dev score); the answer lists the methods no other method dominates, from the fewest
-    trained parameters to the most. The reference compares every pair of methods."""
+    trained parameters to the most (two methods with exactly the same count and score dominate neither each
+    other nor anything else: both are on the front, in either order). The reference compares every pair of
+    methods. Scores may be 0 or negative (CoLA's Matthews correlation)."""
     name = getattr(front_fn, "__name__", "pareto_front")
-    for what, points in _front_cases():
-        expected = _reference_front(points)
-        given = dict(points)
-        got = _call(f"{name}(points) for {what}", front_fn, given)
-        if given != points:
-            raise CheckFailed(f"{name}(points) changed the dict it was given; build a new list and leave points as it is.")
-        if isinstance(got, (str, bytes)) or not hasattr(got, "__iter__"):
-            raise CheckFailed(f"{name}(points) returned {got!r}; return a list of the labels on the front.")
-        got = list(got)
-        if got == expected:
-            continue
-        if sorted(map(str, got)) == sorted(map(str, expected)):
-            raise CheckFailed(f"For {what} you found the right methods, in the wrong order: list the front from the "
-                              f"fewest trained parameters to the most ({expected}).")
-        message = next((text for wrong, text in _front_mistakes(points) if got == wrong and wrong != expected), None)
-        missing = [label for label in expected if label not in got]
-        extra = [label for label in got if label not in expected]
-        raise CheckFailed(f"For {what} your front is {got}; it is {expected}"
-                          + (f" (missing {missing})" if missing else "") + (f" (not on it: {extra})" if extra else "")
-                          + ". " + (message or "A method is on the front when no other method has at most as many "
-                                               "trained parameters and at least its score (and is better in one)."))
+    with _package_front_refused() as package_front:
+        if front_fn is package_front:
+            raise CheckFailed(_PACKAGE_FRONT)
+        for what, points in _front_cases():
+            _check_one_front(name, front_fn, what, points)
     _passed(f"Your front matches a pairwise comparison of every method on {len(_front_cases())} sets of methods, "
-            "equal parameter counts and equal scores included.")
+            "equal parameter counts, equal scores, exact duplicates and scores of 0 or below included.")
+
+
+def _check_one_front(name: str, front_fn, what: str, points: dict) -> None:
+    expected = _reference_front(points)
+    given = dict(points)
+    got = _call(f"{name}(points) for {what}", front_fn, given)
+    if given != points:
+        raise CheckFailed(f"{name}(points) changed the dict it was given; build a new list and leave points as it is.")
+    if isinstance(got, (str, bytes)) or not hasattr(got, "__iter__"):
+        raise CheckFailed(f"{name}(points) returned {got!r}; return a list of the labels on the front.")
+    got = list(got)
+    if got == expected:
+        return
+    if sorted(map(str, got)) == sorted(map(str, expected)) and len(set(map(str, got))) == len(got) and [
+            points[label] for label in got] == [points[label] for label in expected]:
+        return  # exact duplicates may come in either order
+    if len(set(map(str, got))) < len(got):
+        raise CheckFailed(f"For {what} your front lists a method more than once ({got}); list each label once.")
+    if sorted(map(str, got)) == sorted(map(str, expected)):
+        raise CheckFailed(f"For {what} you found the right methods, in the wrong order: list the front from the "
+                          f"fewest trained parameters to the most ({expected}).")
+    message = next((text for wrong, text in _front_mistakes(points) if got == wrong and wrong != expected), None)
+    missing = [label for label in expected if label not in got]
+    if message is None and any(points[label] == points[other] for label in missing for other in got if other in points):
+        message = _TWINS
+    extra = [label for label in got if label not in expected]
+    raise CheckFailed(f"For {what} your front is {got}; it is {expected}"
+                      + (f" (missing {missing})" if missing else "") + (f" (not on it: {extra})" if extra else "")
+                      + ". " + (message or "A method is on the front when no other method has at most as many "
+                                           "trained parameters and at least its score (and is better in one)."))
