@@ -466,11 +466,31 @@ class _EvaluationFailed(RuntimeError):
     """Raised by the check's score function on purpose, to see whether the loop restores the model."""
 
 
-def _score_fn(batch: torch.Tensor, fail_at: int | None = None):
-    """A stand-in for an evaluation: a number that depends on which adapters are on (the logits' mean)."""
+_PACKAGE_ABLATION = ("Your loop calls the package's span_ablation: that is the loop this exercise asks you to write "
+                     "(the check compares with it). Switch the spans off and on yourself.")
+
+
+def _called_by_package_ablation() -> bool:
+    """Whether adapterlab's own span_ablation is on the call stack."""
+    target = span_ablation.__code__
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is target:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _score_fn(batch: torch.Tensor, fail_at: int | None = None, student: bool = False):
+    """A stand-in for an evaluation: a number that depends on which adapters are on (the logits' mean). With
+    ``student``, it refuses to be called from the package's own span_ablation."""
     calls = {"n": 0}
 
     def score(model) -> float:
+        if student and _called_by_package_ablation():
+            from .checks import _Forbidden
+
+            raise _Forbidden(_PACKAGE_ABLATION)
         calls["n"] += 1
         if fail_at is not None and calls["n"] == fail_at:
             raise _EvaluationFailed("the evaluation failed halfway through the loop (raised by the check on purpose)")
@@ -566,11 +586,12 @@ def check_span_ablation(ablate_fn) -> None:
     pristine = copy.deepcopy(model)
     state = _model_state(model)
     batch = _token_batch(80, 5)
-    score = _score_fn(batch)
+    score = _score_fn(batch, student=True)
     with torch.no_grad():
         outputs = model(input_ids=batch).logits
+    reference_score = _score_fn(batch)
     reference = span_ablation(copy.deepcopy(model), None, metric="score", progress=False,
-                              evaluate=lambda m, data, batch_size, device: {"score": score(m)})
+                              evaluate=lambda m, data, batch_size, device: {"score": reference_score(m)})
     expected = {(i, j): float(reference.scores[i, j]) for i in range(ABLATION_LAYERS)
                 for j in range(i, ABLATION_LAYERS)}
 
@@ -605,7 +626,7 @@ def check_span_ablation(ablate_fn) -> None:
 
     failing = copy.deepcopy(pristine)
     try:
-        _call(f"{name}(model, score)", ablate_fn, failing, _score_fn(batch, fail_at=3))
+        _call(f"{name}(model, score)", ablate_fn, failing, _score_fn(batch, fail_at=3, student=True))
     except CheckFailed as error:
         if not isinstance(error.__cause__, _EvaluationFailed):
             raise
@@ -885,22 +906,23 @@ _PACKAGE_FRONT = ("Your answer calls the package's tradeoff.pareto_front: that i
                   "to write. Compare the methods yourself.")
 
 
+def _refused_front(points):
+    raise RuntimeError("adapterlab-refused: the package's own front")
+
+
 @contextlib.contextmanager
 def _package_front_refused():
-    """Inside, adapterlab.tradeoff.pareto_front raises (an answer that calls it is not an answer)."""
+    """Inside, adapterlab.tradeoff.pareto_front raises, however the answer reached it (by the module, or by a name
+    imported from it): its code is swapped for a refusal and put back afterwards."""
     from . import tradeoff
 
-    def refused(*args, **kwargs):
-        from .checks import _Forbidden
-
-        raise _Forbidden(_PACKAGE_FRONT)
-
     real = tradeoff.pareto_front
-    tradeoff.pareto_front = refused
+    code = real.__code__
+    real.__code__ = _refused_front.__code__
     try:
         yield real
     finally:
-        tradeoff.pareto_front = real
+        real.__code__ = code
 
 
 @plain_errors
@@ -923,7 +945,12 @@ def check_pareto_front(front_fn) -> None:
 def _check_one_front(name: str, front_fn, what: str, points: dict) -> None:
     expected = _reference_front(points)
     given = dict(points)
-    got = _call(f"{name}(points) for {what}", front_fn, given)
+    try:
+        got = _call(f"{name}(points) for {what}", front_fn, given)
+    except CheckFailed as error:
+        if "adapterlab-refused" in str(error):
+            raise CheckFailed(_PACKAGE_FRONT) from None
+        raise
     if given != points:
         raise CheckFailed(f"{name}(points) changed the dict it was given; build a new list and leave points as it is.")
     if isinstance(got, (str, bytes)) or not hasattr(got, "__iter__"):

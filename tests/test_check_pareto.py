@@ -150,11 +150,13 @@ def listed_twice(points):
     (by_inverted_dict, "score exactly the same"),
     (calls_the_package, "tradeoff.pareto_front"),
     (pareto_front, "tradeoff.pareto_front"),
+    (lambda points: list(pareto_front(dict(points))), "tradeoff.pareto_front"),  # the name imported above
     (listed_twice, "more than once"),
 ], ids=lambda value: getattr(value, "__name__", None) if callable(value) else None)
 def test_ties_duplicates_scores_at_or_below_zero_and_the_package_s_own_front(answer, words):
     with pytest.raises(CheckFailed, match=words):
         check_pareto_front(answer)
+    assert pareto_front({"a": (1, 0.5), "b": (2, 0.4)}) == ["a"]  # the package's front works again afterwards
 
 
 def test_exact_twins_may_come_in_either_order(capsys):

@@ -533,9 +533,19 @@ def ablate_eval_restored_only_on_success(model, score):
     return scores
 
 
+def ablate_with_the_package(model, score):
+    from adapterlab.ablation import span_ablation
+
+    result = span_ablation(model, None, metric="score", progress=False,
+                           evaluate=lambda m, data, batch_size, device: {"score": score(m)})
+    n = len(encoder_layers(model))
+    return {(i, j): float(result.scores[i, j]) for i in range(n) for j in range(i, n)}
+
+
 @pytest.mark.parametrize(
     "answer, words",
     [
+        (ablate_with_the_package, ("calls the package's span_ablation",)),
         (ablate_in_eval_mode, ("evaluation mode", "came in training mode")),
         (ablate_without_autograd, ("autograd switched off",)),
         (ablate_freezing_everything, ("require grad",)),
