@@ -103,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--max-train", type=int, default=None, metavar="N", help="a seeded, stratified subset of N rows")
     train.add_argument("--max-eval", type=int, default=None, metavar="N", help="evaluate on N dev rows")
     train.add_argument("--out", required=True, metavar="DIR",
-                       help="a new or empty folder for the run: metrics.json and, for adapters, lora and bitfit, "
+                       help="a new or empty folder for the run: metrics.json and, for a method with a saved set, "
                             "the trained set")
     train.add_argument("--overwrite", action="store_true",
                        help="replace the run already in --out (only once the new run is written)")

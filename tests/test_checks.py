@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from adapterlab import checks
@@ -177,13 +178,119 @@ def test_adapter_class_names_the_mistake():
     _fails(checks.check_adapter_class, NonlinearityFirst, "before the down-projection")
     _fails(checks.check_adapter_class, NonlinearityOnSum, "to the sum")
     _fails(checks.check_adapter_class, DefaultInit, "near the identity", "far too large")
-    _fails(checks.check_adapter_class, NoBias, "without biases", "148")
-    _fails(checks.check_adapter_class, ScalarBias, "bias shapes are wrong", "b_down has shape (4,)")
+    _fails(checks.check_adapter_class, NoBias, "without biases", "99136")
+    _fails(checks.check_adapter_class, ScalarBias, "bias shapes are wrong", "b_down has shape (64,)")
     _fails(checks.check_adapter_class, NoDownBias, "b_up but no b_down")
-    _fails(checks.check_adapter_class, Swapped, "`self.down` maps 4 → 16")
+    _fails(checks.check_adapter_class, Swapped, "`self.down` maps 64 → 768")
     _fails(checks.check_adapter_class, DeadInit, "cannot learn", "both matrices start at zero", "Keep one of them random")
     _fails(checks.check_adapter_class, ZeroDownRelu, "cannot learn", "W_down starts at zero", "Start W_down random")
     _fails(checks.check_adapter_class, ConstantInit, "identical", "as if r were 1")
+
+
+class WideInit(RightAdapter):
+    """N(0, 0.05²): under 5 % at d = 16, r = 4, but about a third of h at BERT-base's d = 768, r = 64."""
+
+    def __init__(self, d_model, bottleneck):
+        super().__init__(d_model, bottleneck)
+        for linear in (self.down, self.up):
+            nn.init.normal_(linear.weight, std=0.05)
+
+
+class DefaultUpBias(RightAdapter):
+    """Small weights, but b_up keeps nn.Linear's default: a shift of every token."""
+
+    def __init__(self, d_model, bottleneck):
+        super().__init__(d_model, bottleneck)
+        nn.init.uniform_(self.up.bias, -bottleneck ** -0.5, bottleneck ** -0.5)
+
+
+class DetachedBottleneck(RightAdapter):
+    """Right output, but the bottleneck is cut from autograd: W_down and b_down never learn."""
+
+    def forward(self, h):
+        return h + self.up(self.act(self.down(h)).detach())
+
+
+class FrozenDown(RightAdapter):
+    def __init__(self, d_model, bottleneck):
+        super().__init__(d_model, bottleneck)
+        self.down.weight.requires_grad_(False)
+
+
+class ForwardWithoutGrad(RightAdapter):
+    def forward(self, h):
+        with torch.no_grad():
+            return h + self.up(self.act(self.down(h)))
+
+
+class InPlaceResidual(RightAdapter):
+    def forward(self, h):
+        h += self.up(self.act(self.down(h)))
+        return h
+
+
+class DeadRelu(RightAdapter):
+    """ReLU with b_down = −1: every unit starts below the kink, dead, although W_down is random."""
+
+    def __init__(self, d_model, bottleneck):
+        super().__init__(d_model, bottleneck)
+        self.act = nn.ReLU()
+        nn.init.constant_(self.down.bias, -1.0)
+
+
+class HalfDeadRelu(RightAdapter):
+    """Half the units start far below ReLU's kink: they never learn, the others do."""
+
+    def __init__(self, d_model, bottleneck):
+        super().__init__(d_model, bottleneck)
+        self.act = nn.ReLU()
+        with torch.no_grad():
+            self.down.bias[: bottleneck // 2] = -5.0
+
+
+class FixedWidth(RightAdapter):
+    """Right at d = 768 only: the width is written in instead of read from d_model."""
+
+    def __init__(self, d_model, bottleneck):
+        super().__init__(768, bottleneck)
+
+
+class Flattening(RightAdapter):
+    """Works on (tokens, d) only: a (batch, sequence, d) input comes back flattened."""
+
+    def forward(self, h):
+        h = h.reshape(-1, h.shape[-1])
+        return h + self.up(self.act(self.down(h)))
+
+
+class WeightData(RightAdapter):
+    """Uses W_up through .data: the output is right, but W_up is invisible to autograd."""
+
+    def forward(self, h):
+        return h + F.linear(self.act(self.down(h)), self.up.weight.data, self.up.bias)
+
+
+class DoubleInside(RightAdapter):
+    def forward(self, h):
+        return (h.double() + self.up.double()(self.act(self.down.double()(h.double())))).to(torch.float64)
+
+
+def test_adapter_class_catches_mistakes_that_show_only_at_bert_size_or_in_training():
+    check = checks.check_adapter_class
+    _fails(check, WideInit, "near the identity", "too large for BERT's size", "d = 768")
+    _fails(check, DefaultUpBias, "near the identity", "b_up", "Start b_up at zero")
+    _fails(check, DetachedBottleneck, "cannot learn", "no gradient ever reaches W_down and b_down", ".detach()")
+    _fails(check, WeightData, "cannot learn", "no gradient ever reaches W_up")
+    _fails(check, FrozenDown, "W_down is frozen", "requires_grad=False")
+    _fails(check, ForwardWithoutGrad, "cannot learn", "torch.no_grad()")
+    message = _fails(check, InPlaceResidual, "in place", "h += ")
+    assert "unchanged" not in message
+    message = _fails(check, DeadRelu, "cannot learn", "dead", "b_down is -1")
+    assert "W_down starts at zero" not in message
+    _fails(check, HalfDeadRelu, "32 of the 64 bottleneck units never get a gradient")
+    _fails(check, FixedWidth, "`self.down` maps 768 → 8", "24 → 8")
+    _fails(check, Flattening, "(2, 5, 768)", "same shape as its input")
+    _fails(check, DoubleInside, "torch.float64", "keep the input's dtype")
 
 
 def test_adapter_class_reports_a_stub_as_missing():
@@ -282,6 +389,66 @@ def test_general_gradients_name_the_mistake():
     _fails(check, slope_without_bias, "left out b_down")
     _fails(check, up_without_f, "∂L/∂W_up", "left out the nonlinearity")
     _fails(check, zero_down_always, "Follow δ backwards")  # the step-zero answer is not the general one
+
+
+def by_autograd(adapter, h, delta):
+    return torch.autograd.grad((adapter(h) * delta).sum(), (adapter.down.weight, adapter.up.weight))
+
+
+def by_backward(adapter, h, delta):
+    adapter.requires_grad_(True)
+    (adapter(h) * delta).sum().backward()
+    return adapter.down.weight.grad, adapter.up.weight.grad
+
+
+def by_torch_func(adapter, h, delta):
+    from torch.func import functional_call, grad
+
+    weights = {"down.weight": adapter.down.weight, "up.weight": adapter.up.weight}
+    loss = lambda w: (functional_call(adapter, w, (h,)) * delta).sum()
+    g = grad(loss)(weights)
+    return g["down.weight"], g["up.weight"]
+
+
+def by_autograd_on_copies(adapter, h, delta):
+    """Autograd on its own copies of the weights, through a hand-written forward."""
+    w_down = adapter.down.weight.clone().requires_grad_()
+    w_up = adapter.up.weight.clone().requires_grad_()
+    out = h + (adapter.act(h @ w_down.T + adapter.down.bias) @ w_up.T + adapter.up.bias)
+    return torch.autograd.grad((out * delta).sum(), (w_down, w_up))
+
+
+def in_float64(adapter, h, delta):
+    down, up = right_general(adapter.double(), h.double(), delta.double())
+    return down, up
+
+
+@pytest.mark.parametrize("answer", [by_autograd, by_backward, by_torch_func, by_autograd_on_copies],
+                         ids=lambda f: f.__name__)
+def test_gradients_computed_by_autograd_are_rejected(answer):
+    for check in (checks.check_adapter_gradients, checks.check_zero_up_gradients):
+        _fails(check, answer, "without autograd", "chain rule")
+
+
+def test_gradients_are_checked_at_bert_size_and_accepted_in_float64(capsys):
+    checks.check_adapter_gradients(in_float64)
+    checks.check_zero_up_gradients(in_float64)
+    out = capsys.readouterr().out
+    assert "d = 768, r = 64" in out and out.count("✔") == 2
+
+    def small_only(adapter, h, delta):  # right while d < 100: a plausible shortcut that loops over a fixed range
+        down, up = right_general(adapter, h, delta)
+        down[:, 100:] = 0
+        return down, up
+
+    _fails(checks.check_adapter_gradients, small_only, "d = 768, r = 64")
+
+
+def test_zero_up_gradients_see_a_non_zero_b_up():
+    def output_minus_h(adapter, h, delta):  # "the bottleneck's output is A(h) − h": true only without b_up
+        return torch.zeros(adapter.bottleneck, adapter.d_model), delta.T @ (adapter(h) - h)[:, : adapter.bottleneck]
+
+    _fails(checks.check_zero_up_gradients, output_minus_h, "∂L/∂W_up")
 
 
 def test_general_gradients_name_the_nonlinearity_of_the_failing_case():
@@ -408,6 +575,44 @@ def test_fold_names_the_mistake():
     _fails(checks.check_fold, lambda dense, adapter: nn.Sequential(dense, adapter), "must return one nn.Linear")
 
 
+def test_fold_names_dtype_bias_and_size_mistakes():
+    def in_float64(dense, adapter):
+        m = torch.eye(adapter.d_model, dtype=torch.float64) + adapter.up.weight.double() @ adapter.down.weight.double()
+        folded = nn.Linear(dense.in_features, dense.out_features, dtype=torch.float64)
+        with torch.no_grad():
+            folded.weight.copy_(m @ dense.weight.double())
+            folded.bias.copy_(m @ dense.bias.double() + (adapter.up.weight @ adapter.down.bias + adapter.up.bias).double())
+        return folded
+
+    def in_float16(dense, adapter):
+        return fold_linear_adapter(dense, adapter).half()
+
+    def without_bias(dense, adapter):
+        right = fold_linear_adapter(dense, adapter)
+        folded = nn.Linear(dense.in_features, dense.out_features, bias=False)
+        with torch.no_grad():
+            folded.weight.copy_(right.weight)
+        return folded
+
+    def small_identity(dense, adapter):  # the identity written for the first case's width
+        m = torch.eye(16) + adapter.up.weight @ adapter.down.weight
+        return _folded(dense, m @ dense.weight, m @ dense.bias + adapter.up.weight @ adapter.down.bias + adapter.up.bias)
+
+    _fails(checks.check_fold, in_float64, "torch.float64", "dtype")
+    message = _fails(checks.check_fold, in_float16, "torch.float16", "dtype")
+    assert "from the left" not in message
+    _fails(checks.check_fold, without_bias, "no bias")
+    _fails(checks.check_fold, small_identity, "raised RuntimeError")
+    _fails(checks.check_parallel_fold, lambda p, a, s: right_parallel(p, a, s).double(), "torch.float64")
+    _fails(checks.check_parallel_fold, lambda p, a, s: nn.Linear(p.in_features, p.out_features, bias=False), "no bias")
+
+    def parallel_fixed_identity(p, a, s):  # an identity of the small case's width, added then taken away again
+        return _folded(p, p.weight + torch.eye(12) - torch.eye(12) + s * a.up.weight @ a.down.weight,
+                       p.bias + s * (a.up.weight @ a.down.bias + a.up.bias))
+
+    _fails(checks.check_parallel_fold, parallel_fixed_identity, "raised RuntimeError")
+
+
 def test_fold_reports_a_stub_as_missing():
     _fails(checks.check_fold, _stub, MISSING)
 
@@ -511,6 +716,28 @@ def test_trained_count_names_the_mistake():
     _fails(check, lambda *a: float(right_count(*a)), "a float")
 
 
+def test_trained_count_names_numbers_written_in_for_one_model():
+    check = checks.check_trained_count
+
+    def two_labels(d, n_layers, r, placement, train_layernorm, num_labels):
+        return right_count(d, n_layers, r, placement, train_layernorm, 2)
+
+    def base_width(d, n_layers, r, placement, train_layernorm, num_labels):
+        return right_count(768, n_layers, r, placement, False, num_labels) - (768 * num_labels) + d * num_labels + (
+            (2 * n_layers + 1) * 2 * d if train_layernorm else 0)
+
+    def twelve_layers(d, n_layers, r, placement, train_layernorm, num_labels):
+        return right_count(d, 12, r, placement, train_layernorm, num_labels)
+
+    def as_tensor(*args):
+        return torch.tensor(right_count(*args))
+
+    _fails(check, two_labels, "classifier for 2 labels", "num_labels")
+    _fails(check, base_width, "d = 768", "use the d you are given")
+    _fails(check, twelve_layers, "12 layers", "use n_layers")
+    _fails(check, as_tensor, "must return a number")
+
+
 def test_trained_count_reports_a_stub_as_missing():
     _fails(checks.check_trained_count, _stub, MISSING)
 
@@ -562,6 +789,39 @@ def test_trained_names_name_the_mistake():
     _fails(check, lambda n, p, t: right_names(n, p, t, positions=("intermediate",)), "not parameters of the model")
     _fails(check, lambda n, p, t: right_names(n, p, t) | {"bert.encoder.layer.0.output.dense.weight"}, "frozen backbone")
     _fails(check, lambda n, p, t: ",".join(right_names(n, p, t)), "return a set")
+
+
+def single_digit_layers(names, placement, train_layernorm):
+    """Finds the output modules with a one-digit layer pattern: right on a 2-layer BERT, blind to layers 10 and 11."""
+    import re
+
+    trained = right_names(names, placement, train_layernorm)
+    return {n for n in trained if ".adapter." not in n or re.match(r"bert\.encoder\.layer\.\d\.", n)}
+
+
+def layer_from_one_character(names, placement, train_layernorm):
+    """Reads the layer number as the character after 'layer.': layer 10 becomes layer 1."""
+    trained = {n for n in right_names(names, placement, train_layernorm) if ".adapter." not in n}
+    for n in names:
+        if n.startswith("bert.encoder.layer.") and n.endswith(".output.dense.weight"):
+            module = n.removesuffix(".dense.weight")
+            module = module[:19] + module[19] + module[module.index(".", 19):]
+            if placement == "houlsby" or not module.endswith("attention.output"):
+                trained |= {f"{module}.adapter.{p}.{k}" for p in ("down", "up") for k in ("weight", "bias")}
+    return trained
+
+
+def two_layers_assumed(names, placement, train_layernorm):
+    kept = [n for n in names if not n.startswith("bert.encoder.layer.") or n.split(".")[3] in ("0", "1")]
+    return right_names(kept, placement, train_layernorm) | {n for n in names if ".LayerNorm." in n and train_layernorm}
+
+
+def test_trained_names_are_checked_on_bert_base_s_twelve_layers():
+    check = checks.check_trained_names
+    _fails(check, single_digit_layers, "wrong for layers 10, 11", "two digits")
+    _fails(check, layer_from_one_character, "layers 10, 11", "whole number")
+    _fails(check, two_layers_assumed, "do not assume how many layers")
+    _fails(check, lambda n, p, t: list(right_names(n, p, t)) + [0], "parameter names")
 
 
 def test_trained_names_report_a_stub_as_missing():

@@ -123,6 +123,76 @@ def step_returning_nothing(model, optimizer, batch):
     step(model, optimizer, batch)
 
 
+def prepare_fixed_rate(model, learning_rate):
+    set_trainable(model, "adapters")
+    return torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=2e-5)
+
+
+def prepare_sgd(model, learning_rate):
+    set_trainable(model, "adapters")
+    return torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=learning_rate)
+
+
+def prepare_adam(model, learning_rate):
+    set_trainable(model, "adapters")
+    return torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=learning_rate, weight_decay=0.01)
+
+
+def prepare_head_listed_twice(model, learning_rate):
+    set_trainable(model, "adapters")
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    with pytest.warns(UserWarning):
+        return torch.optim.AdamW(trainable + [model.classifier.weight], lr=learning_rate)
+
+
+def prepare_norms_of_three_layers(model, learning_rate):
+    """LayerNorms of layers 0–2 only: right on a 3-layer model, not on BERT-base's 12."""
+    for name, parameter in model.named_parameters():
+        norm = "LayerNorm" in name and (name.startswith("bert.embeddings") or any(f"layer.{i}." in name for i in range(3)))
+        parameter.requires_grad_("adapter" in name or "classifier" in name or norm)
+    return torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=learning_rate)
+
+
+def step_without_mask(model, optimizer, batch):
+    loss = model(input_ids=batch["input_ids"], labels=batch["labels"]).loss
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    return loss.item()
+
+
+def step_in_eval_mode(model, optimizer, batch):
+    model.eval()
+    return step(model, optimizer, batch)
+
+
+def step_under_no_grad(model, optimizer, batch):
+    with torch.no_grad():
+        loss = model(**batch).loss
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    return loss.item()
+
+
+@pytest.mark.parametrize(
+    "prepare, train_step, words",
+    [
+        (prepare_fixed_rate, step, ("learning rate is 2e-05", "use the argument")),
+        (prepare_sgd, step, ("SGD optimizer", "AdamW")),
+        (prepare_adam, step, ("Adam optimizer", "AdamW")),
+        (prepare_head_listed_twice, step, ("classifier.weight twice",)),
+        (prepare_norms_of_three_layers, step, ("should train are frozen", "LayerNorm")),
+        (prepare_by_name, step_without_mask, ("attention mask",)),
+        (prepare_by_name, step_in_eval_mode, ("evaluation mode", "dropout")),
+        (prepare_by_name, step_under_no_grad, ("raised RuntimeError", "torch.no_grad()")),
+    ],
+    ids=lambda value: getattr(value, "__name__", None) if callable(value) else None,
+)
+def test_training_step_checks_what_the_exercise_asks(prepare, train_step, words):
+    _fails(ct.check_training_step, prepare, train_step, words=words)
+
+
 def test_training_step_accepts_right_answers(capsys):
     ct.check_training_step(prepare_by_name, step)
     ct.check_training_step(prepare_with_policy, step_zeroing_first)
@@ -249,6 +319,47 @@ def test_matthews_accepts_right_answers(capsys):
     ],
 )
 def test_matthews_names_the_mistake(answer, words):
+    _fails(ct.check_matthews, answer, words=words)
+
+
+def matthews_int32(labels, predictions):
+    """Counts as dot products: int32 arrays give int32 counts, and the product under the root overflows."""
+    labels, predictions = np.asarray(labels), np.asarray(predictions)
+    tp, fp = labels @ predictions, (1 - labels) @ predictions
+    fn, tn = labels @ (1 - predictions), (1 - labels) @ (1 - predictions)
+    with np.errstate(all="ignore"):
+        denominator = np.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
+        return float((tp * tn - fp * fn) / denominator) if denominator else 0.0
+
+
+def matthews_perfect_is_one(labels, predictions):
+    if np.array_equal(labels, predictions):
+        return 1.0
+    return matthews(labels, predictions)
+
+
+def matthews_zero_only_for_all_ones(labels, predictions):
+    """Handles the constant predictor 'always 1' only; 'always 0' divides by zero."""
+    if np.all(np.asarray(predictions) == 1):
+        return 0.0
+    return matthews_dividing_by_zero(labels, predictions)
+
+
+def matthews_rounded(labels, predictions):
+    return round(matthews(labels, predictions), 2)
+
+
+@pytest.mark.parametrize(
+    "answer, words",
+    [
+        (matthews_int32, ("CoLA's size", "32-bit", "int(")),
+        (matthews_perfect_is_one, ("perfect predictions of labels of one class only", "defined as 0")),
+        (matthews_zero_only_for_all_ones, ("always 0", "return 0.0 instead of dividing")),
+        (matthews_rounded, ("the Matthews correlation is",)),
+    ],
+    ids=lambda value: getattr(value, "__name__", None) if callable(value) else None,
+)
+def test_matthews_degenerate_cases_and_cola_sizes(answer, words):
     _fails(ct.check_matthews, answer, words=words)
 
 
@@ -380,6 +491,79 @@ def test_span_ablation_names_the_mistake(answer, words):
     _fails(ct.check_span_ablation, answer, words=words)
 
 
+def ablate_in_eval_mode(model, score):
+    model.eval()  # sensible for an evaluation, but never undone
+    return ablate(model, score)
+
+
+def ablate_without_autograd(model, score):
+    torch.set_grad_enabled(False)  # "no gradients needed here", for the rest of the notebook too
+    return ablate(model, score)
+
+
+def ablate_freezing_everything(model, score):
+    model.requires_grad_(False)
+    return ablate(model, score)
+
+
+def ablate_counting_passes(model, score):
+    passes = []
+    model.register_forward_pre_hook(lambda module, args: passes.append(1))  # never removed
+    return ablate(model, score)
+
+
+def ablate_four_layers(model, score):
+    """Written for a 4-layer model: the number of layers is not read from the model."""
+    scores = {}
+    for i in range(4):
+        for j in range(i, 4):
+            set_adapters_enabled(model, False, layers=list(range(i, j + 1)))
+            try:
+                scores[i, j] = score(model)
+            finally:
+                set_adapters_enabled(model, True)
+    return scores
+
+
+def ablate_eval_restored_only_on_success(model, score):
+    mode = model.training
+    model.eval()
+    scores = ablate(model, score)
+    model.train(mode)
+    return scores
+
+
+def ablate_with_the_package(model, score):
+    from adapterlab.ablation import span_ablation
+
+    result = span_ablation(model, None, metric="score", progress=False,
+                           evaluate=lambda m, data, batch_size, device: {"score": score(m)})
+    n = len(encoder_layers(model))
+    return {(i, j): float(result.scores[i, j]) for i in range(n) for j in range(i, n)}
+
+
+@pytest.mark.parametrize(
+    "answer, words",
+    [
+        (ablate_with_the_package, ("calls the package's span_ablation",)),
+        (ablate_in_eval_mode, ("evaluation mode", "came in training mode")),
+        (ablate_without_autograd, ("autograd switched off",)),
+        (ablate_freezing_everything, ("require grad",)),
+        (ablate_counting_passes, ("hooks registered on the model", "handle.remove()")),
+        (ablate_four_layers, ("78 spans",)),
+        (ablate_eval_restored_only_on_success, ("raised an error halfway", "evaluation mode")),
+    ],
+    ids=lambda value: getattr(value, "__name__", None) if callable(value) else None,
+)
+def test_span_ablation_checks_every_part_of_the_restore(answer, words):
+    grad_mode = torch.is_grad_enabled()
+    try:
+        _fails(ct.check_span_ablation, answer, words=words)
+        assert torch.is_grad_enabled() == grad_mode  # the check itself gives the grad mode back
+    finally:
+        torch.set_grad_enabled(grad_mode)
+
+
 def test_span_ablation_reports_a_stub_as_missing():
     _fails(ct.check_span_ablation, _stub, words=(MISSING,))
 
@@ -460,6 +644,44 @@ def test_serving_accepts_the_grouped_server(capsys):
     ],
 )
 def test_serving_names_the_mistake(answer, words):
+    _fails(ct.check_serving, answer, words=words)
+
+
+def serve_loading_per_request(model, adapter_sets, requests):
+    outputs = [None] * len(requests)
+    for task, indices in _groups(requests).items():
+        for _ in indices:  # one load per request, then one pass per task
+            load_adapter_set(model, adapter_sets[task])
+        for k, row in zip(indices, _run(model, requests, indices)):
+            outputs[k] = row
+    return outputs
+
+
+def serve_every_row_per_task(model, adapter_sets, requests):
+    """One pass per task, but each pass runs every request and keeps the task's rows."""
+    outputs = [None] * len(requests)
+    for task, indices in _groups(requests).items():
+        load_adapter_set(model, adapter_sets[task])
+        everything = _run(model, requests, range(len(requests)))
+        for k in indices:
+            outputs[k] = everything[k]
+    return outputs
+
+
+def serve_as_dict(model, adapter_sets, requests):
+    return dict(enumerate(serve(model, adapter_sets, requests)))
+
+
+@pytest.mark.parametrize(
+    "answer, words",
+    [
+        (serve_loading_per_request, ("loaded adapter sets 8 times for 3 tasks",)),
+        (serve_every_row_per_task, ("24 rows for 8", "computed once")),
+        (serve_as_dict, ("one row of logits per request",)),
+    ],
+    ids=lambda value: getattr(value, "__name__", None) if callable(value) else None,
+)
+def test_serving_counts_rows_and_loads(answer, words):
     _fails(ct.check_serving, answer, words=words)
 
 

@@ -161,7 +161,8 @@ def code_cell(source, output_text, tags=None, slide="-"):
 
 
 def small_lab():
-    """A lab with a plain cell, an exercise, its check, an answer-tagged result, a prediction and a later cell."""
+    """A lab with a plain cell, an exercise, its check, an answer-tagged result, a prediction with its untagged
+    result and its lesson, a later cell and a speaker-notes cell."""
     nb = nbformat.v4.new_notebook(metadata={"title": "a lab"})
     exercise = nbformat.v4.new_code_cell(EXERCISE + "print(double(3))\n", execution_count=2, metadata={"tags": ["exercise"]})
     exercise.outputs = [nbformat.v4.new_output("stream", name="stdout", text="6\n")]
@@ -173,7 +174,10 @@ def small_lab():
         code_cell("print(double(21))", "42\n", tags=["answer"]),
         nbformat.v4.new_markdown_cell("**Predict.** Is double(0) zero?\n\n(a) yes (b) no", metadata={"tags": ["prediction"]}),
         code_cell('my_prediction = "a"  # write "a", "b" or "c", then run the cells below', "", tags=["prediction"], slide="skip"),
+        code_cell("print(double(0) == 0)", "True\n", slide="fragment"),  # the reveal, with no tag at all
+        nbformat.v4.new_markdown_cell("**What this teaches.** Zero stays zero.", metadata={"slideshow": {"slide_type": "fragment"}}),
         code_cell("# the check_double(double) above ran\nprint(torch.ones(2).sum())", "tensor(2.)\n"),
+        nbformat.v4.new_markdown_cell("Answer (a): point at True.", metadata={"slideshow": {"slide_type": "notes"}}),
     ]
     return nb
 
@@ -182,14 +186,16 @@ def test_student_notebook_clears_every_output_that_gives_the_answer_away():
     original = small_lab()
     copy_ = student_notebook(copy.deepcopy(original))
     assert copy_.metadata == original.metadata
-    for index in (0, 1, 5, 7):  # markdown, a plain cell, the prediction question, a cell that only mentions a check
+    assert len(copy_.cells) == len(original.cells) - 1 and "Answer (" not in nbformat.writes(copy_)  # the notes are out
+    for index in (0, 1, 5, 8, 9):  # markdown, a plain cell, the question, the lesson, a cell that only mentions a check
         assert copy_.cells[index] == original.cells[index]
-    for index in (2, 3, 4, 6):  # the exercise, its check, the answer-tagged cell, the prediction answer
+    for index in (2, 3, 4, 6, 7):  # the exercise, its check, the answer-tagged cell, the prediction answer, the reveal
         assert copy_.cells[index].outputs == [] and copy_.cells[index].execution_count is None
         assert copy_.cells[index].metadata == original.cells[index].metadata
-    assert "raise NotImplementedError" in copy_.cells[2].source and "2 * x" not in copy_.cells[2].source
+    assert "raise AnswerMissing" in copy_.cells[2].source and "2 * x" not in copy_.cells[2].source
     assert copy_.cells[3].source == original.cells[3].source and copy_.cells[4].source == original.cells[4].source
     assert copy_.cells[6].source == 'my_prediction = ""  # write "a", "b" or "c", then run the cells below'
+    assert copy_.cells[7].source == original.cells[7].source
 
 
 # --------------------------------------------------------------------------------------------------
@@ -229,7 +235,7 @@ def test_make_student_copies_writes_copies_and_leaves_the_lab_alone(tmp_path):
     [written] = make_student_copies([str(lab)], tmp_path / "student")
     assert written.path == tmp_path / "student" / "01_small.ipynb" and written.status == student.NEW
     assert lab.read_bytes() == before
-    assert "NotImplementedError" in nbformat.read(written.path, as_version=4).cells[2].source
+    assert "raise AnswerMissing(" in nbformat.read(written.path, as_version=4).cells[2].source
     assert sorted(os.listdir(tmp_path / "student")) == sorted([RECORD, "01_small.ipynb"])  # no temporary file left
 
 
@@ -358,6 +364,70 @@ def test_a_failure_while_writing_leaves_no_copy_and_no_temporary_file(tmp_path, 
     code, _, err = student_run([str(lab) for lab in labs], out, capsys)
     assert code == 1 and "No space left on device" in err and err.count("\n") == 1
     assert files_under(out) == {"notes.txt": b"the student's own file"}
+
+
+def test_copies_are_ordinary_files_that_follow_the_umask(tmp_path):
+    lab = write_lab(tmp_path / "src")
+    for mask, mode in ((0o022, 0o644), (0o027, 0o640)):
+        previous = os.umask(mask)
+        try:
+            [written] = make_student_copies([str(lab)], tmp_path / f"out-{mask:o}")
+        finally:
+            os.umask(previous)
+        assert written.path.stat().st_mode & 0o777 == mode
+        assert (written.path.parent / RECORD).stat().st_mode & 0o777 == mode
+
+
+def test_a_full_disk_halfway_through_a_file_leaves_no_hidden_temporary(tmp_path, monkeypatch, capsys):
+    lab = write_lab(tmp_path / "src")
+    out = tmp_path / "out"
+    out.mkdir()
+    real_fdopen = os.fdopen
+
+    class FullDisk:
+        def __init__(self, file):
+            self.file = file
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.file.close()
+
+        def write(self, text):
+            self.file.write(text[:10])
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(student.os, "fdopen", lambda *a, **k: FullDisk(real_fdopen(*a, **k)))
+    code, _, err = student_run([str(lab)], out, capsys)
+    monkeypatch.undo()
+    assert code == 1 and "No space left on device" in err
+    assert os.listdir(out) == []  # not even a hidden .tmp
+
+
+def test_a_stub_shows_one_plain_line_in_jupyter_not_a_traceback():
+    source = "def f():\n    ### BEGIN SOLUTION\n    # HINT: think of forty-two\n    return 42\n    ### END SOLUTION\n"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(source)]
+    stubbed = student_notebook(nb).cells[0].source
+    namespace = run_source(stubbed)  # the copy's cell imports what its stub raises
+    with pytest.raises(NotImplementedError) as caught:
+        namespace["f"]()
+    assert type(caught.value).__name__ == "AnswerMissing"
+    [line] = caught.value._render_traceback_()  # what IPython shows instead of the traceback
+    assert line.startswith("The answer is missing") and "think of forty-two" in line
+
+
+def test_a_widget_s_saved_text_form_becomes_a_one_line_hint():
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("panel = TrainingPanel('sst2')\npanel", execution_count=3)
+    cell.outputs = [nbformat.v4.new_output("execute_result", execution_count=3, data={
+        "application/vnd.jupyter.widget-view+json": {"model_id": "abc", "version_major": 2, "version_minor": 0},
+        "text/plain": "VBox(children=(HBox(children=(Dropdown(description='placement', options=('houlsby',"})]
+    nb.cells = [cell]
+    [shown] = student_notebook(nb).cells[0].outputs
+    assert shown.data["text/plain"] == student.WIDGET_HINT and "\n" not in student.WIDGET_HINT
+    assert shown.data["application/vnd.jupyter.widget-view+json"]["model_id"] == "abc"  # runs as before
 
 
 def edit(path: Path, text: str) -> None:
@@ -528,11 +598,12 @@ def output_lines(cell) -> list[str]:
     return lines
 
 
-def raises_not_implemented(node) -> bool:
+def raises_missing(node) -> bool:
+    """`raise AnswerMissing(...)`, the student copies' stub (a NotImplementedError shown as one line)."""
     return (
         isinstance(node, ast.Raise)
         and isinstance(node.exc, ast.Call)
-        and getattr(node.exc.func, "id", None) == "NotImplementedError"
+        and getattr(node.exc.func, "id", None) == "AnswerMissing"
     )
 
 
@@ -542,11 +613,42 @@ def student_copies(tmp_path_factory):
     return {result.path.name: nbformat.read(result.path, as_version=4) for result in make_student_copies(None, out)}
 
 
+def is_notes(cell) -> bool:
+    return cell.metadata.get("slideshow", {}).get("slide_type") == "notes"
+
+
+def without_notes(nb):
+    """The instructor's notebook without its speaker notes: cell for cell what the copy holds."""
+    nb = copy.deepcopy(nb)
+    nb.cells = [cell for cell in nb.cells if not is_notes(cell)]
+    return nb
+
+
+def outputs_before_a_reveal(cells) -> list[int]:
+    """Code cells with an output between a prediction's question and its **What this teaches.** cell."""
+    shown = []
+    for start, cell in enumerate(cells):
+        if cell.cell_type == "markdown" and cell.source.startswith("**Predict.**"):
+            for index in range(start + 1, len(cells)):
+                if cells[index].cell_type == "markdown" and cells[index].source.startswith("**What this teaches.**"):
+                    break
+                if cells[index].cell_type == "code" and cells[index].get("outputs"):
+                    shown.append(index)
+    return shown
+
+
 @pytest.mark.parametrize("lab", all_labs(), ids=lambda lab: lab.stem)
 def test_the_student_copy_gives_nothing_away(lab, student_copies):
-    instructor = nbformat.read(lab, as_version=4)
+    instructor = without_notes(nbformat.read(lab, as_version=4))
     copy_ = student_copies[lab.name]
     assert len(copy_.cells) == len(instructor.cells)
+    assert not [index for index, cell in enumerate(copy_.cells) if is_notes(cell)], "a speaker-notes cell is left"
+    text = [index for index, cell in enumerate(copy_.cells)
+            if "Answer (" in cell.source or "Answer (" in "\n".join(output_lines(cell))]
+    assert not text, f"cells {text} say which answer is right"
+    assert not outputs_before_a_reveal(copy_.cells), "an output under a prediction shows the result before its lesson"
+    widgets = [line for cell in copy_.cells for line in output_lines(cell) if re.match(r"^\w+\(children=", line)]
+    assert not widgets, f"a widget's raw text form is shown: {widgets[0][:60]}"
 
     copy_sources = {line.strip() for cell in copy_.cells for line in cell.source.splitlines()}
     survivors = secret_lines(instructor) & copy_sources
@@ -566,7 +668,7 @@ def test_the_student_copy_gives_nothing_away(lab, student_copies):
             stubbed = copy_.cells[index]
             assert stubbed.outputs == [] and stubbed.execution_count is None
             python = TransformerManager().transform_cell(stubbed.source)  # IPython's own reading of %magic lines
-            stubs = [node for node in ast.walk(ast.parse(python)) if raises_not_implemented(node)]
+            stubs = [node for node in ast.walk(ast.parse(python)) if raises_missing(node)]
             assert len(stubs) == len(solution_regions(cell.source)), f"exercise cell {index}: one stub per solution"
 
 
@@ -620,7 +722,7 @@ def test_student_copy_reports_every_answer_missing(lab, tmp_path, monkeypatch):
     """Run the student copy up to its last check: every stubbed exercise makes its check say, in plain words,
     that the answer is missing. (The instructor copy's checks pass under nbval, which compares their ✔ lines.)"""
     monkeypatch.setenv("ADAPTERLAB_PROFILE", "ci")
-    instructor = nbformat.read(lab, as_version=4)
+    instructor = without_notes(nbformat.read(lab, as_version=4))  # cell for cell the copy
     pairs = exercises_and_checks(instructor)
     last = max(check for _, check in pairs)
     [result] = make_student_copies([str(lab)], tmp_path)
@@ -629,9 +731,11 @@ def test_student_copy_reports_every_answer_missing(lab, tmp_path, monkeypatch):
     ran = execute_until(student_copy, last, lab.parent)
     for exercise, check in pairs:
         stub_errors = [e.ename for e in errors(ran[exercise])]
-        assert stub_errors in ([], ["NotImplementedError"]), f"exercise cell {exercise} failed with {stub_errors}"
+        assert stub_errors in ([], ["AnswerMissing"]), f"exercise cell {exercise} failed with {stub_errors}"
+        for error in errors(ran[exercise]):  # one plain line, no traceback through the package
+            assert len(error.traceback) == 1 and error.traceback[0].startswith("The answer is missing"), error.traceback
         [failure] = errors(ran[check]) or [None]
         assert failure is not None, f"check cell {check} passed in the student copy: {stdout(ran[check])!r}"
         assert failure.ename == "CheckFailed", f"check cell {check} crashed instead of reporting: {failure.ename}: {failure.evalue}"
         assert "missing" in failure.evalue, failure.evalue
-        assert stub_errors == ["NotImplementedError"] or "NotImplementedError" in failure.evalue, failure.evalue
+        assert stub_errors == ["AnswerMissing"] or "NotImplementedError" in failure.evalue, failure.evalue

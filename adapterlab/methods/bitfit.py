@@ -9,7 +9,7 @@ from __future__ import annotations
 from torch import nn
 
 from ..model.trainable import train_only
-from .registry import Method, SavedSet, register
+from .registry import Method, SavedSet, pooler_entry_check, register
 
 #: Set on a model that BitFit prepared: what a saved set records about it.
 ATTRIBUTE = "adapterlab_bitfit"
@@ -59,17 +59,11 @@ def _rebuild(model: nn.Module, entry: dict):
     return undo
 
 
-def _check(entry: dict) -> dict:
-    if set(entry) != {"train_pooler"} or not isinstance(entry["train_pooler"], bool):
-        raise ValueError(f"the bitfit entry must be {{'train_pooler': true or false}}; got {entry!r}")
-    return dict(entry)
-
-
 register(Method(
     "bitfit", "BitFit: biases only", "every bias of the backbone, and the classifier",
     # Ben Zaken et al. sweep BitFit over 1e-4...1e-3 on BERT-base; a bias moves a whole feature.
     learning_rate=1e-3, learning_rates=(1e-3, 3e-3, 1e-2), prepare=prepare,
-    saved=SavedSet("bitfit", "bitfit", settings_of, _holds, _rebuild, _check, kind="a BitFit set",
+    saved=SavedSet("bitfit", "bitfit", settings_of, _holds, _rebuild, pooler_entry_check("bitfit"), kind="a BitFit set",
                    forget=lambda model: model.__dict__.pop(ATTRIBUTE, None)),
     merge=lambda model: model, count=lambda config, **_: {"biases": bert_bias_params(config)},
     extra={"count_row": ("biases", "biases (BitFit)", "L·(7d + i) + d")}))

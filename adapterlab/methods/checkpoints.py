@@ -1,10 +1,10 @@
 """Save and load an adapter set: what one task trains on top of a frozen backbone (lab 9).
 
-The same folder holds the trained tensors of LoRA (its A and B matrices, the classifier, the pooler if
-trained) and of BitFit (the backbone's biases, the classifier, the pooler if trained); their manifest says
-``"method": "lora"`` with a ``lora`` entry (:class:`~adapterlab.lora_model.LoRAConfig`) or ``"method":
-"bitfit"`` with a ``bitfit`` entry instead of the ``adapter`` entry. A BitFit set overwrites the biases of
-the backbone it is loaded into: load it into a fresh backbone.
+The same folder holds what any method with a saved set trains (:class:`~adapterlab.methods.registry.SavedSet`:
+LoRA's matrices, BitFit's biases, ...); its manifest then says ``"method": NAME`` with that method's entry in
+place of the ``adapter`` entry, and the registry says which tensors the set holds and how a fresh backbone
+is given its structure. A set of the backbone's own tensors (BitFit's biases) overwrites them when loaded:
+load it into a fresh backbone.
 
 An adapter set is a folder with two files:
 

@@ -13,7 +13,7 @@ from torch import nn
 
 from ..model.placement import PlacementError, adapted_outputs, encoder_layers
 from ..model.trainable import train_only
-from .registry import Method, SavedSet, register
+from .registry import Method, SavedSet, pooler_entry_check, register
 
 ATTRIBUTE = "adapterlab_ia3"
 
@@ -89,17 +89,11 @@ def _rebuild(model: nn.Module, entry: dict):
     return lambda: remove_ia3(model)
 
 
-def _check(entry: dict) -> dict:
-    if set(entry) != {"train_pooler"} or not isinstance(entry["train_pooler"], bool):
-        raise ValueError(f"the ia3 entry must be {{'train_pooler': true or false}}; got {entry!r}")
-    return dict(entry)
-
-
 register(Method(
     "ia3", "(IA)³ rescaling", "vectors rescaling keys, values and FFN hidden units, and the classifier",
     # Liu et al. train (IA)³ with 3e-3: a vector at one moves slowly at an adapter's rate.
     learning_rate=3e-3, learning_rates=(1e-3, 3e-3, 1e-2), prepare=add_ia3,
-    saved=SavedSet("ia3", "ia3", lambda model: getattr(model, ATTRIBUTE, None), _holds, _rebuild, _check,
+    saved=SavedSet("ia3", "ia3", lambda model: getattr(model, ATTRIBUTE, None), _holds, _rebuild, pooler_entry_check("ia3"),
                    kind="(IA)³ vectors"),
     merge=merge_ia3,
     count=lambda config, **_: {"adapters": config.num_hidden_layers * (2 * config.hidden_size

@@ -84,6 +84,16 @@ class Method:
             object.__setattr__(self, "family", self.name)
 
 
+def pooler_entry_check(entry_name: str) -> Callable[[dict], dict]:
+    """The ``check`` of a saved set whose manifest entry says only whether the pooler trained (BitFit, (IA)³)."""
+    def check(entry: dict) -> dict:
+        if set(entry) != {"train_pooler"} or not isinstance(entry["train_pooler"], bool):
+            raise ValueError(f"the {entry_name} entry must be {{'train_pooler': true or false}}; got {entry!r}")
+        return dict(entry)
+
+    return check
+
+
 REGISTRY: dict[str, Method] = {}
 _SETTINGS: dict[str, Setting] = {TRAIN_POOLER.name: TRAIN_POOLER}
 

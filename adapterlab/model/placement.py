@@ -21,10 +21,8 @@ An :class:`AdapterConfig` holds everything that describes one adapter set (place
 activation, init, layers, whether LayerNorms train); :data:`POSITIONS` below is the one place that says
 which sublayers a placement adapts, and so how many adapters a layer gets.
 
-Training methods the labs compare: the three placements, ``full`` fine-tuning, ``head`` only (the
-classifier; the pooler too with ``train_pooler``), ``layernorm`` only (+ head), ``top_k`` layers (+ head),
-``bitfit`` (every bias + head; Ben Zaken et al. 2021) and ``lora`` (rank-r updates of chosen dense layers +
-head; Hu et al. 2021, built by :mod:`adapterlab.lora_model`).
+The placements are training methods of the registry (:mod:`adapterlab.methods.adapters`), beside the
+others the labs compare.
 """
 
 from __future__ import annotations

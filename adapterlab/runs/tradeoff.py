@@ -39,24 +39,17 @@ def _config(**settings) -> TrainConfig:
 
 def tradeoff_families() -> dict[str, dict[str, TrainConfig]]:
     """family → {label: TrainConfig}: every point of the trade-off figure, with the reference settings (lab 10).
-    Families whose method this package cannot train are left out."""
-    families = {
+    The methods are the registry's (:mod:`adapterlab.methods`); these are the points the figure draws."""
+    return {
         "Houlsby": {f"Houlsby r={r}": _config(bottleneck=r) for r in HOULSBY_BOTTLENECKS},
         "Pfeiffer": {"Pfeiffer r=64": _config(method="pfeiffer")},
-        "LoRA": {f"LoRA r={r}": (lambda r=r: _config(method="lora", lora_rank=r)) for r in LORA_RANKS},
+        "LoRA": {f"LoRA r={r}": _config(method="lora", lora_rank=r) for r in LORA_RANKS},
         "top-k layers": {f"top-{k} layers": _config(method="top_k", top_k=k) for k in TOP_K_LAYERS},
         "LayerNorm only": {"LayerNorm only": _config(method="layernorm")},
-        "BitFit": {"BitFit": (lambda: _config(method="bitfit"))},
+        "BitFit": {"BitFit": _config(method="bitfit")},
         "head only": {"head only": _config(method="head")},
         "full fine-tuning": {"full fine-tuning": _config(method="full")},
     }
-    method = {"LoRA": "lora", "BitFit": "bitfit"}
-    out = {}
-    for family, points in families.items():
-        if method.get(family, "houlsby") not in methods.REGISTRY:
-            continue
-        out[family] = {label: make() if callable(make) else make for label, make in points.items()}
-    return out
 
 
 def learning_rate_configs() -> dict[str, dict[float, TrainConfig]]:
@@ -125,12 +118,11 @@ def pareto_front(points: dict) -> list:
     """The labels of ``points`` (label → (trained parameters, score)) that no other point dominates, from
     the fewest trained parameters to the most. A point is dominated when another has at most as many
     parameters and at least its score, and is better in one of the two (lab 10)."""
-    best = -math.inf
-    front = []
+    best, last, front = -math.inf, None, []
     for label, (count, score) in sorted(points.items(), key=lambda item: (item[1][0], -item[1][1])):
-        if score > best:
+        if score > best or (count, score) == last:  # an exact twin of a front point dominates nothing, nor is dominated
             front.append(label)
-            best = score
+            best, last = max(best, score), (count, score)
     return front
 
 

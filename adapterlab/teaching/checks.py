@@ -1,16 +1,20 @@
 """Self-checks for the lab exercises: each says in plain words what is right or what is wrong.
 
-A check runs the student's code on small random cases and compares it with an independent
-reference (autograd, a real module, a real model's parameter count). On success it prints one line
+A check runs the student's code on random cases at the lab's own sizes (BERT-base's d = 768, r = 64
+and 12 layers) and at a small one, and compares it with an independent reference (autograd, a real
+module, a real model's parameter count). On success it prints one line
 starting with ✔. On a wrong answer it raises :class:`CheckFailed` whose message names the mistake,
 recognised by comparing the answer with the mistakes students make most often (the residual left
 out, a transposed gradient, a forgotten bias …). An answer that still raises ``NotImplementedError``
-(the student copies) is reported as missing.
+(the student copies) is reported as missing; whatever else the answer raises, or makes go wrong inside
+the check, is reported as one CheckFailed, which Jupyter shows as a single line.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import functools
 import numbers
 import re
 
@@ -30,34 +34,78 @@ ATOL, RTOL = 1e-5, 1e-4
 class CheckFailed(AssertionError):
     """The answer is missing or wrong; the message says which, in plain words."""
 
+    def _render_traceback_(self) -> list[str]:  # IPython shows this one line instead of a traceback
+        return [f"✘ {self}"]
+
 
 def _missing(what: str) -> CheckFailed:
     return CheckFailed(
         f"The answer is missing: {what} still raises NotImplementedError. Write your solution in the "
-        "exercise cell above (replace the `raise NotImplementedError(...)` line), run that cell, "
+        "exercise cell above (replace the `raise ...(...)` stub line), run that cell, "
         "then run this check again."
     )
 
 
-def _call(what: str, fn, *args, hint: str = ""):
+class Forbidden(Exception):
+    """Raised by the check itself when the answer uses what the exercise rules out; the message says what."""
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0][:300] if text else ""
+
+
+def call_answer(what: str, fn, *args, hint: str = ""):
     """Call the student's code; turn a stub or a crash into a plain-words CheckFailed."""
     try:
         return fn(*args)
     except NotImplementedError:
         raise _missing(what) from None
+    except (CheckFailed, Forbidden) as error:
+        raise CheckFailed(str(error)) from None
     except Exception as error:
-        raise CheckFailed(f"Calling {what} raised {type(error).__name__}: {error}. {hint}".rstrip()) from error
+        raise CheckFailed(f"Calling {what} raised {type(error).__name__}: {_first_line(error)}. {hint}".rstrip()) from error
 
 
-def _close(a, b) -> bool:
-    return isinstance(a, torch.Tensor) and a.shape == b.shape and torch.allclose(a, b, atol=ATOL, rtol=RTOL)
+def plain_errors(check):
+    """Whatever the student's code makes go wrong inside a check, the check answers with one CheckFailed."""
+
+    @functools.wraps(check)
+    def checked(*args, **kwargs):
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # the check's models are small: one thread is fastest, and fair to a busy machine
+        try:
+            return check(*args, **kwargs)
+        except CheckFailed:
+            raise
+        except NotImplementedError:
+            raise _missing("your answer") from None
+        except Exception as error:
+            raise CheckFailed(
+                f"Your answer made the check fail with {type(error).__name__}: {_first_line(error)}. It returned "
+                "something the exercise does not ask for, or left an object in a state the check cannot use; "
+                "compare what you return with the exercise's description."
+            ) from error
+        finally:
+            torch.set_num_threads(threads)
+
+    return checked
+
+
+def close_enough(a, b) -> bool:
+    """Equal within ATOL/RTOL, whatever the two dtypes (a float64 answer is compared, not crashed on)."""
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.shape != b.shape:
+        return False
+    if a.is_complex() or b.is_complex() or a.device.type == "meta" or b.device.type == "meta":
+        return False
+    return torch.allclose(a.detach().double(), b.detach().double(), atol=ATOL, rtol=RTOL)
 
 
 def _name(obj) -> str:
     return getattr(obj, "__name__", type(obj).__name__)
 
 
-def _passed(message: str) -> None:
+def report_passed(message: str) -> None:
     print(f"✔ {message}")
 
 
@@ -127,22 +175,22 @@ def _diagnose_forward(out: torch.Tensor, h: torch.Tensor, adapter: nn.Module) ->
     down, up = adapter.down, adapter.up
     z = down(h)
     for name, f in _NONLINEARITIES.items():
-        if _close(out, h + up(f(z))):
+        if close_enough(out, h + up(f(z))):
             return None
-    if any(_close(out, up(f(z))) for f in _NONLINEARITIES.values()):
+    if any(close_enough(out, up(f(z))) for f in _NONLINEARITIES.values()):
         return "Your adapter returns up(f(down(h))) without adding h back: the residual is missing."
-    if _close(out, h + up(z)):
+    if close_enough(out, h + up(z)):
         return (
             "Your adapter has no nonlinearity: it computes h + up(down(h)), which is linear in h (lab 3 shows it "
             "is then just a LoRA update). Put f between the down- and the up-projection."
         )
-    if any(_close(out, h + f(up(z))) for f in _NONLINEARITIES.values()):
+    if any(close_enough(out, h + f(up(z))) for f in _NONLINEARITIES.values()):
         return "You applied the nonlinearity after the up-projection; it belongs between the two projections."
-    if any(_close(out, h + up(down(f(h)))) for f in _NONLINEARITIES.values()):
+    if any(close_enough(out, h + up(down(f(h)))) for f in _NONLINEARITIES.values()):
         return "You applied the nonlinearity before the down-projection; it belongs between the two projections."
-    if any(_close(out, f(h + up(f(z)))) or _close(out, f(h + up(z))) for f in _NONLINEARITIES.values()):
+    if any(close_enough(out, f(h + up(f(z)))) or close_enough(out, f(h + up(z))) for f in _NONLINEARITIES.values()):
         return "You applied the nonlinearity to the sum; the residual must carry h through untouched."
-    if _close(out, h):
+    if close_enough(out, h):
         return "Your adapter returns h unchanged: it must add its correction, computed from h, to h."
     return (
         "Your adapter's output is not h + up(f(down(h))) for f = GELU, ReLU, SiLU or tanh "
@@ -150,37 +198,109 @@ def _diagnose_forward(out: torch.Tensor, h: torch.Tensor, adapter: nn.Module) ->
     )
 
 
-def _dead_init(adapter: nn.Module, h: torch.Tensor) -> str | None:
-    """Why a freshly built adapter cannot learn beyond b_up, or None when it can.
+#: The sizes lab 1 builds (BERT-base's d = 768 with the paper's r = 64), then a small non-square pair, so that an
+#: answer that works only for one size shows.
+ADAPTER_SIZES = [(768, 64), (24, 8)]
+LEARNING_STEPS = 3
 
-    The test is the gradient itself (float64, a random loss L = Σ⟨A(h), δ⟩): if W_down, b_down and
-    W_up all get exactly zero, a step moves b_up alone and the next gradient is zero again, for ever.
-    Zero-up init (W_up = 0, W_down random) is alive: W_up's gradient is δᵀf(z) ≠ 0.
+
+def _parts(adapter: nn.Module) -> dict[str, torch.Tensor]:
+    return {"W_down": adapter.down.weight, "b_down": adapter.down.bias, "W_up": adapter.up.weight, "b_up": adapter.up.bias}
+
+
+def _them(names: list[str]) -> tuple[str, str, str]:
+    return (" and ".join(names), "is" if len(names) == 1 else "are", "it" if len(names) == 1 else "them")
+
+
+def _forward(name: str, adapter: nn.Module, h: torch.Tensor) -> torch.Tensor:
+    """The student's forward on a copy of h: it must leave h alone and return a tensor shaped like it."""
+    given = h.clone()
+    out = call_answer(f"{name}.forward", adapter, given)
+    if not torch.equal(given, h):
+        raise CheckFailed(
+            "Your forward changes its input in place (`h += …`, `h.add_(…)` or `h[...] = …`): the caller's h is "
+            "overwritten, and inside BERT that is the residual stream itself. Build a new tensor: return h + …."
+        )
+    if not isinstance(out, torch.Tensor) or out.shape != h.shape:
+        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise CheckFailed(
+            f"For an input of shape {tuple(h.shape)} your forward returns {shape}; an adapter must return "
+            "a tensor of the same shape as its input, for (tokens, d) as for (batch, sequence, d)."
+        )
+    if out.dtype != h.dtype:
+        raise CheckFailed(f"For a {h.dtype} input your forward returns {out.dtype}; keep the input's dtype.")
+    return out
+
+
+def _cannot_learn(adapter: nn.Module, h: torch.Tensor) -> str | None:
+    """Why a freshly built adapter cannot learn, or None when it can.
+
+    The test is training itself (float64, a random loss L = Σ⟨A(h), δ⟩, a few plain gradient steps): every
+    one of W_down, b_down, W_up and b_up must get a non-zero gradient in one of the steps, and every
+    bottleneck unit must. Zero-up init (W_up = 0, W_down random) is alive: W_up moves at step 1, W_down at step 2.
     """
+    frozen = [part for part, p in _parts(adapter).items() if not p.requires_grad]
+    if frozen:
+        names, verb, it = _them(frozen)
+        return (f"Your adapter cannot learn: {names} {verb} frozen (requires_grad=False), so no optimizer can ever "
+                f"change {it}. Leave every parameter of the adapter trainable: which parts train is decided later, "
+                "per task (lab 5).")
     probe = copy.deepcopy(adapter).double()
+    parts = _parts(probe)
     h = h.double()
     delta = torch.randn(h.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-    others = [probe.down.weight, probe.down.bias, probe.up.weight]
-    with torch.enable_grad():
-        gradients = torch.autograd.grad((probe(h) * delta).sum(), others, allow_unused=True)
-    if any(g is not None and torch.count_nonzero(g) for g in gradients):
+    reached = {part: False for part in parts}
+    units = {part: torch.zeros(p.shape[0] if part != "W_up" else p.shape[1], dtype=torch.bool)
+             for part, p in parts.items() if part != "b_up"}
+    for _ in range(LEARNING_STEPS):
+        with torch.enable_grad():
+            out = probe(h.clone())
+            if not isinstance(out, torch.Tensor) or not out.requires_grad:
+                return ("Your adapter cannot learn: its output carries no gradient at all (the forward runs under "
+                        "torch.no_grad(), or detaches its result), so no weight can ever move. Compute it with "
+                        "ordinary tensor operations and let autograd see them.")
+            gradients = torch.autograd.grad((out * delta).sum(), list(parts.values()), allow_unused=True)
+        with torch.no_grad():
+            for (part, p), g in zip(parts.items(), gradients):
+                if g is None:
+                    continue
+                reached[part] = True
+                if part == "W_up":
+                    units[part] |= g.ne(0).any(dim=0)
+                elif part in units:
+                    units[part] |= g.ne(0).any(dim=1) if g.ndim == 2 else g.ne(0)
+                p.sub_(1e-2 * g)
+    cut = [part for part, ok in reached.items() if not ok]
+    if cut:
+        names, verb, it = _them(cut)
+        return (f"Your adapter cannot learn: no gradient ever reaches {names}. Your forward cuts {it} off from the "
+                f"output (a .detach(), .data or torch.no_grad() inside it), so {it} can never move. Let the whole "
+                "computation run through autograd.")
+    stuck = [part for part, seen in units.items() if not seen.all()]
+    if not stuck:
         return None
-    if not torch.count_nonzero(probe.up.weight):
-        why = (
-            "both matrices start at zero. W_up's gradient needs f(W_down h + b_down) ≠ 0 and W_down's needs "
-            "W_up ≠ 0, so neither can ever start"
-        )
-        fix = "Keep one of them random: the identity at the start needs only one of them to be zero."
-    else:
-        why = (
-            "W_down starts at zero, so every bottleneck unit sits at z = 0, where your f gives 0 and passes no "
-            "gradient"
-        )
-        fix = "Start W_down random."
-    return (
-        f"Your adapter cannot learn: {why}. At step zero only b_up gets a gradient, and b_up alone can only "
-        f"add a constant. {fix}"
-    )
+    if set(stuck) == {"W_down", "b_down", "W_up"} and not any(seen.any() for seen in units.values()):
+        if not torch.count_nonzero(adapter.up.weight) and not torch.count_nonzero(adapter.down.weight):
+            why = ("both matrices start at zero. W_up's gradient needs f(W_down h + b_down) ≠ 0 and W_down's needs "
+                   "W_up ≠ 0, so neither can ever start")
+            fix = "Keep one of them random: the identity at the start needs only one of them to be zero."
+        elif not torch.count_nonzero(adapter.down.weight):
+            why = ("W_down starts at zero, so every bottleneck unit sits at z = b_down, where your f gives 0 and "
+                   "passes no gradient")
+            fix = "Start W_down random."
+        else:
+            bias = adapter.down.bias.detach()
+            why = ("every bottleneck unit starts dead: for every token z = W_down h + b_down lies where your f gives 0 "
+                   f"and passes no gradient (b_down is {bias.min().item():.3g} … {bias.max().item():.3g}; with ReLU, "
+                   "z < 0 everywhere)")
+            fix = "Start b_down at zero, so that z sits where f has a slope."
+        return (f"Your adapter cannot learn: {why}. In {LEARNING_STEPS} training steps only b_up gets a gradient, "
+                f"and b_up alone can only add a constant. {fix}")
+    part = stuck[0]
+    dead = int((~units[part]).sum())
+    return (f"Your adapter cannot learn fully: {dead} of the {units[part].numel()} bottleneck units never get a "
+            f"gradient in {part} during {LEARNING_STEPS} training steps (dead units: z = W_down h + b_down sits where "
+            "f is flat for every token, or their weights start at exactly zero). Start W_down random and b_down at zero.")
 
 
 def _identical_units(adapter: nn.Module) -> bool:
@@ -189,55 +309,75 @@ def _identical_units(adapter: nn.Module) -> bool:
     return units.shape[0] > 1 and bool((units == units[0]).all())
 
 
-def check_adapter_class(adapter_class, d_model: int = 16, bottleneck: int = 4) -> None:
+def _why_not_identity(adapter: nn.Module, h: torch.Tensor, deviation: float, d: int, r: int) -> str:
+    """What makes a fresh adapter move h too far: its b_up, nn.Linear's default init, or too large a σ."""
+    share = f"A freshly built {type(adapter).__name__}({d}, {r}) changes h by {100 * deviation:.0f} % " \
+            f"(‖A(h) − h‖/‖h‖ = {deviation:.2f}); it should start near the identity (below {100 * NEAR_IDENTITY:.0f} %)"
+    probe = copy.deepcopy(adapter)
+    with torch.no_grad():
+        probe.up.bias.zero_()
+        without_bias = (torch.linalg.norm(probe(h.clone()) - h) / torch.linalg.norm(h)).item()
+    if torch.count_nonzero(adapter.up.bias) and without_bias < NEAR_IDENTITY:
+        return (f"{share}. Your b_up does it: it starts non-zero (largest |b_up| = "
+                f"{adapter.up.bias.abs().max().item():.2g}) and adds the same vector to every token. Start b_up at zero.")
+    stds = [float(adapter.down.weight.std()), float(adapter.up.weight.std())]
+    defaults = [1 / (3 * d) ** 0.5, 1 / (3 * r) ** 0.5]  # nn.Linear's uniform(±1/√fan_in)
+    if all(abs(s - t) < 0.25 * t for s, t in zip(stds, defaults)):
+        return (f"{share}. nn.Linear's default weights are far too large: make the correction tiny at the start "
+                "(lab 2 measures how tiny).")
+    return (f"{share}. Your initial weights are too large for BERT's size (standard deviation {stds[0]:.2g} in W_down, "
+            f"{stds[1]:.2g} in W_up): the deviation grows like σ²·√(r·d), so a σ that looks small at d = 16 moves h a "
+            "lot at d = 768, r = 64. Make the correction tiny at the start (lab 2 measures how tiny).")
+
+
+@plain_errors
+def check_adapter_class(adapter_class, d_model: int = 768, bottleneck: int = 64) -> None:
     """Check a student's adapter class ``adapter_class(d_model, bottleneck)`` with ``.down`` and ``.up`` (lab 1).
 
-    It must have exactly W_down, b_down, W_up and b_up, compute h + up(f(down(h))) at random
-    (non-special) weights on inputs of any leading shape, start near the identity
-    (‖A(h) − h‖/‖h‖ < 5 %) and be able to learn: a gradient must reach more than b_up.
+    Checked at BERT-base's size (d = 768, r = 64, the lab's) and at a small non-square size, on inputs of
+    shape (tokens, d) and (batch, sequence, d): it must have exactly W_down, b_down, W_up and b_up, compute
+    h + up(f(down(h))) at random (non-special) weights without touching h, start near the identity
+    (‖A(h) − h‖/‖h‖ < 5 %) and be able to learn: in a few training steps a gradient must reach every
+    parameter and every bottleneck unit.
     """
     name = _name(adapter_class)
+    sizes = [(d_model, bottleneck)] + [size for size in ADAPTER_SIZES if size != (d_model, bottleneck)]
     with torch.random.fork_rng():
         torch.manual_seed(0)
-        adapter = _call(f"{name}({d_model}, {bottleneck})", adapter_class, d_model, bottleneck)
-        _check_linear(adapter, "down", d_model, bottleneck, "down-projection (d_model → bottleneck)")
-        _check_linear(adapter, "up", bottleneck, d_model, "up-projection (bottleneck → d_model)")
-        _check_parameter_shapes(adapter, d_model, bottleneck)
-        h = torch.randn(2, 3, d_model)
-        fresh = _call(f"{name}.forward", adapter, h)
-        if not isinstance(fresh, torch.Tensor) or fresh.shape != h.shape:
-            shape = tuple(fresh.shape) if isinstance(fresh, torch.Tensor) else type(fresh).__name__
-            raise CheckFailed(
-                f"For an input of shape {tuple(h.shape)} your forward returns {shape}; an adapter must return "
-                "a tensor of the same shape as its input."
-            )
-        probe = copy.deepcopy(adapter)
-        with torch.no_grad():
-            for parameter in probe.parameters():
-                parameter.normal_(0.0, 0.5)  # large random weights and biases, so that a missing f or residual shows
-            out = _call(f"{name}.forward", probe, h)
-            problem = _diagnose_forward(out, h, probe)
-        if problem:
-            raise CheckFailed(problem)
-        problem = _dead_init(adapter, h)
-        if problem:
-            raise CheckFailed(problem)
-        if _identical_units(adapter):
-            raise CheckFailed(
-                f"All {bottleneck} bottleneck units of your fresh adapter start with identical weights, so they get "
-                "identical gradients and stay identical: the bottleneck acts as if r were 1. Draw random weights."
-            )
-        deviation = (torch.linalg.norm(fresh - h) / torch.linalg.norm(h)).item()
-        if deviation >= NEAR_IDENTITY:
-            raise CheckFailed(
-                f"A freshly built adapter changes h by {100 * deviation:.0f} % (‖A(h) − h‖/‖h‖ = {deviation:.2f}); "
-                f"it should start near the identity (below {100 * NEAR_IDENTITY:.0f} %). nn.Linear's default "
-                "weights are far too large: make the correction tiny at the start (lab 2 measures how tiny)."
-            )
-    _passed(
-        f"{name} is right: h + up(f(down(h))) at random weights, 2rd + r + d = {2 * bottleneck * d_model + bottleneck + d_model} "
-        f"parameters for d = {d_model}, r = {bottleneck}; it starts near the identity (below "
-        f"{100 * NEAR_IDENTITY:.0f} %) and can learn."
+        for d, r in sizes:
+            adapter = call_answer(f"{name}({d}, {r})", adapter_class, d, r)
+            if not isinstance(adapter, nn.Module):
+                raise CheckFailed(f"{name}({d}, {r}) gave a {type(adapter).__name__}; an adapter is an nn.Module.")
+            _check_linear(adapter, "down", d, r, "down-projection (d_model → bottleneck)")
+            _check_linear(adapter, "up", r, d, "up-projection (bottleneck → d_model)")
+            _check_parameter_shapes(adapter, d, r)
+            inputs = [torch.randn(2, 5, d), torch.randn(10, d)]  # (batch, sequence, d) and (tokens, d)
+            fresh = [_forward(name, adapter, h) for h in inputs]
+            probe = copy.deepcopy(adapter)
+            with torch.no_grad():
+                for parameter in probe.parameters():  # random weights, so that a missing f or residual shows
+                    fan_in = parameter.shape[1] if parameter.ndim == 2 else 4
+                    parameter.normal_(0.0, fan_in ** -0.5)
+                for h in inputs:
+                    problem = _diagnose_forward(_forward(name, probe, h), h, probe)
+                    if problem:
+                        raise CheckFailed(problem + (f" (d = {d}, r = {r}, input shape {tuple(h.shape)})"))
+            problem = _cannot_learn(adapter, torch.randn(64, d))
+            if problem:
+                raise CheckFailed(problem)
+            if _identical_units(adapter):
+                raise CheckFailed(
+                    f"All {r} bottleneck units of your fresh adapter start with identical weights, so they get "
+                    "identical gradients and stay identical: the bottleneck acts as if r were 1. Draw random weights."
+                )
+            for h, out in zip(inputs, fresh):
+                deviation = (torch.linalg.norm(out - h) / torch.linalg.norm(h)).item()
+                if not deviation < NEAR_IDENTITY:
+                    raise CheckFailed(_why_not_identity(adapter, h, deviation, d, r))
+    report_passed(
+        f"{name} is right: h + up(f(down(h))) at random weights, 2rd + r + d = {2 * bottleneck * d_model + bottleneck + d_model:,} "
+        f"parameters for d = {d_model}, r = {bottleneck} (and any other size); it starts near the identity (below "
+        f"{100 * NEAR_IDENTITY:.0f} %) and every weight can learn."
     )
 
 
@@ -247,7 +387,8 @@ def check_adapter_class(adapter_class, d_model: int = 16, bottleneck: int = 4) -
 
 #: (d, r, tokens, f) of the general gradient cases. The first is square (d = r), so that a forgotten or
 #: untransposed W_up still has the right shape and can be named rather than crash.
-GRADIENT_CASES = [(6, 6, 5, "gelu"), (16, 4, 7, "tanh"), (12, 3, 6, "relu"), (10, 5, 4, "silu")]
+#: The last is the lab's own size, BERT-base's d = 768 with r = 64.
+GRADIENT_CASES = [(6, 6, 5, "gelu"), (16, 4, 7, "tanh"), (12, 3, 6, "relu"), (10, 5, 4, "silu"), (768, 64, 12, "gelu")]
 
 
 def _general_case(d: int, r: int, tokens: int, activation: str, seed: int):
@@ -261,8 +402,9 @@ def _general_case(d: int, r: int, tokens: int, activation: str, seed: int):
         with torch.random.fork_rng():  # leave the notebook's random state as it was
             adapter = BottleneckAdapter(d, r, activation, init="bert")
         with torch.no_grad():
-            for parameter in adapter.parameters():
-                parameter.copy_(0.5 * torch.randn(parameter.shape, generator=generator))
+            for parameter in adapter.parameters():  # at large sizes weights of 1/√fan_in keep z where f bends
+                scale = parameter.shape[-1] ** -0.5 if d > 64 and parameter.ndim == 2 else 0.5
+                parameter.copy_(scale * torch.randn(parameter.shape, generator=generator))
             h = torch.randn(tokens, d, generator=generator)
             delta = torch.randn(tokens, d, generator=generator)
             if activation != "relu" or adapter.down(h).abs().min() > 0.05:
@@ -284,9 +426,57 @@ def _weight_gradients(adapter, h, delta):
         return torch.autograd.grad(loss, (adapter.down.weight, adapter.up.weight))
 
 
+_AUTOGRAD_USED = (
+    "Your gradient function lets autograd compute the weight gradients ({how}); the exercise asks for them "
+    "without autograd: write the chain rule out with matrix products (f_prime, for the slope of f, is fine)."
+)
+
+
+@contextlib.contextmanager
+def _without_autograd_on(adapter: nn.Module):
+    """Inside, autograd refuses the adapter's weights (and anything shaped like them), .backward() and torch.func's
+    transforms; gradients of a one-number function such as f_prime's stay allowed."""
+    weights = [adapter.down.weight, adapter.up.weight]
+    ids, shapes = {id(w) for w in adapter.parameters()}, {tuple(w.shape) for w in weights}
+    real_grad = torch.autograd.grad
+
+    def grad(outputs, inputs, *args, **kwargs):
+        listed = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs)
+        if any(id(t) in ids or tuple(t.shape) in shapes for t in listed if isinstance(t, torch.Tensor)):
+            raise Forbidden(_AUTOGRAD_USED.format(how="torch.autograd.grad with respect to the weights"))
+        return real_grad(outputs, inputs, *args, **kwargs)
+
+    def refuse(how):
+        def refused(*args, **kwargs):
+            raise Forbidden(_AUTOGRAD_USED.format(how=how))
+        return refused
+
+    import torch.autograd.functional as functional
+    import torch.func as func
+
+    patches = [(torch.autograd, "grad", grad), (torch.autograd, "backward", refuse(".backward()"))]
+    patches += [(func, name, refuse(f"torch.func.{name}")) for name in ("grad", "grad_and_value", "vjp", "jacrev",
+                                                                        "jacfwd", "hessian") if hasattr(func, name)]
+    patches += [(functional, name, refuse(f"torch.autograd.functional.{name}"))
+                for name in ("vjp", "jvp", "jacobian", "hessian", "vhp", "hvp")]
+    saved = [(module, name, getattr(module, name)) for module, name, _ in patches]
+    try:
+        for module, name, replacement in patches:
+            setattr(module, name, replacement)
+        yield
+    finally:
+        for module, name, original in saved:
+            setattr(module, name, original)
+
+
 def _gradient_answer(name: str, gradients_fn, adapter, h, delta, hint: str = ""):
-    """Call the student's gradient function on copies; return (grad_down, grad_up) detached."""
-    answer = _call(f"{name}(adapter, h, delta)", gradients_fn, copy.deepcopy(adapter), h.clone(), delta.clone(), hint=hint)
+    """Call the student's gradient function on copies, with autograd refused on the weights; return
+    (grad_down, grad_up) detached."""
+    twin = copy.deepcopy(adapter).requires_grad_(False)  # an adapter's weights as any inference code has them
+    with _without_autograd_on(twin):
+        answer = call_answer(f"{name}(adapter, h, delta)", gradients_fn, twin, h.clone(), delta.clone(), hint=hint)
+    if any(p.grad is not None for p in twin.parameters()):
+        raise CheckFailed(_AUTOGRAD_USED.format(how="the weights' .grad was filled in"))
     if not isinstance(answer, (tuple, list)) or len(answer) != 2:
         raise CheckFailed(f"{name} must return two tensors, (grad_down, grad_up); it returned {type(answer).__name__}.")
     return tuple(g.detach() if isinstance(g, torch.Tensor) else g for g in answer)
@@ -299,7 +489,7 @@ def _diagnose_down_gradient(grad_down, adapter, h, delta, reference: torch.Tenso
             f"Your ∂L/∂W_down has shape {tuple(grad_down.shape)}: one gradient per token. L sums over the tokens, "
             "so its gradient is the sum of theirs: sum over the batch."
         )
-    if isinstance(grad_down, torch.Tensor) and grad_down.shape == (d, r) and d != r and _close(grad_down.T, reference):
+    if isinstance(grad_down, torch.Tensor) and grad_down.shape == (d, r) and d != r and close_enough(grad_down.T, reference):
         return f"Your ∂L/∂W_down has shape ({d}, {r}) but W_down has shape ({r}, {d}): it is transposed."
     if not isinstance(grad_down, torch.Tensor) or grad_down.shape != (r, d):
         shape = tuple(grad_down.shape) if isinstance(grad_down, torch.Tensor) else type(grad_down).__name__
@@ -327,10 +517,10 @@ def _diagnose_down_gradient(grad_down, adapter, h, delta, reference: torch.Tenso
              "feature j, like W_down itself."),
         ]
     for value, message in mistakes:
-        if _close(grad_down, value):
+        if close_enough(grad_down, value):
             return message
     for t in range(tokens):
-        if _close(grad_down, ((back[t] * slope[t])[:, None] * h[t][None, :])):
+        if close_enough(grad_down, ((back[t] * slope[t])[:, None] * h[t][None, :])):
             return "You used a single token; L sums over all tokens, so ∂L/∂W_down sums their contributions."
     return (
         "Your ∂L/∂W_down does not match autograd (largest difference "
@@ -342,7 +532,7 @@ def _diagnose_down_gradient(grad_down, adapter, h, delta, reference: torch.Tenso
 def _diagnose_up_gradient(grad_up, adapter, h, delta, reference: torch.Tensor) -> str:
     d, r = adapter.d_model, adapter.bottleneck
     z = h @ adapter.down.weight.detach().T + adapter.down.bias.detach()
-    if isinstance(grad_up, torch.Tensor) and grad_up.shape == (r, d) and d != r and _close(grad_up.T, reference):
+    if isinstance(grad_up, torch.Tensor) and grad_up.shape == (r, d) and d != r and close_enough(grad_up.T, reference):
         return f"Your ∂L/∂W_up has shape ({r}, {d}) but W_up has shape ({d}, {r}): it is transposed."
     if not isinstance(grad_up, torch.Tensor) or grad_up.shape != (d, r):
         shape = tuple(grad_up.shape) if isinstance(grad_up, torch.Tensor) else type(grad_up).__name__
@@ -359,7 +549,7 @@ def _diagnose_up_gradient(grad_up, adapter, h, delta, reference: torch.Tensor) -
         mistakes.append((reference.T, "Your ∂L/∂W_up is transposed: entry (i, j) belongs to output feature i and "
                          "bottleneck unit j, like W_up itself."))
     for value, message in mistakes:
-        if _close(grad_up, value):
+        if close_enough(grad_up, value):
             return message
     return (
         "Your ∂L/∂W_up does not match autograd (largest difference "
@@ -373,6 +563,7 @@ _GRADIENT_SHAPES = (
 )
 
 
+@plain_errors
 def check_adapter_gradients(gradients_fn) -> None:
     """Check ``gradients_fn(adapter, h, delta) -> (grad_down, grad_up)`` against autograd (lab 2).
 
@@ -385,29 +576,35 @@ def check_adapter_gradients(gradients_fn) -> None:
         reference_down, reference_up = _weight_gradients(adapter, h, delta)
         grad_down, grad_up = _gradient_answer(name, gradients_fn, adapter, h, delta, hint=_GRADIENT_SHAPES)
         where = f" (f = {activation}, d = {d}, r = {r}, {tokens} tokens)"
-        if not _close(grad_down, reference_down):
+        if not close_enough(grad_down, reference_down):
             raise CheckFailed("∂L/∂W_down — " + _diagnose_down_gradient(grad_down, adapter, h, delta, reference_down) + where)
-        if not _close(grad_up, reference_up):
+        if not close_enough(grad_up, reference_up):
             raise CheckFailed("∂L/∂W_up — " + _diagnose_up_gradient(grad_up, adapter, h, delta, reference_up) + where)
-    activations = ", ".join(case[3] for case in GRADIENT_CASES)
-    _passed(
+    activations = ", ".join(dict.fromkeys(case[3] for case in GRADIENT_CASES))
+    report_passed(
         f"Your gradients match autograd for random adapters (W_up ≠ 0) with f = {activations} "
-        f"(within {ATOL:g}, {len(GRADIENT_CASES)} cases)."
+        f"(within {ATOL:g}, {len(GRADIENT_CASES)} cases up to d = 768, r = 64), computed without autograd."
     )
 
 
-def _zero_up_cases(n: int = 3):
-    """Zero-up adapters (with a non-zero b_down, so a forgotten bias shows) and random h, δ."""
+#: (d, r, tokens) of the zero-up cases: small ones, a single token, and the lab's own BERT-base size.
+ZERO_UP_CASES = [(16, 4, 5), (12, 3, 7), (20, 6, 1), (768, 64, 12)]
+
+
+def _zero_up_cases():
+    """Zero-up adapters (with non-zero b_down and b_up, so a forgotten or misplaced bias shows) and random h, δ."""
     generator = torch.Generator().manual_seed(0)
     with torch.random.fork_rng():
         torch.manual_seed(0)
-        for d, r, tokens in [(16, 4, 5), (12, 3, 7), (20, 6, 1)][:n]:
+        for d, r, tokens in ZERO_UP_CASES:
             adapter = BottleneckAdapter(d, r, "gelu", init="zero_up")
             with torch.no_grad():
                 adapter.down.bias.normal_(0.0, 1.0, generator=generator)
+                adapter.up.bias.normal_(0.0, 1.0, generator=generator)
             yield adapter, torch.randn(tokens, d, generator=generator), torch.randn(tokens, d, generator=generator)
 
 
+@plain_errors
 def check_zero_up_gradients(gradients_fn) -> None:
     """Check ``gradients_fn(adapter, h, delta) -> (grad_down, grad_up)`` on zero-up adapters (lab 2).
 
@@ -427,11 +624,11 @@ def check_zero_up_gradients(gradients_fn) -> None:
                 "Your ∂L/∂W_down is not zero at W_up = 0. Every path from W_down to the loss goes through W_up, "
                 "so at step zero of a zero-up adapter it is exactly zero."
             )
-        if not _close(grad_up, reference_up):
+        if not close_enough(grad_up, reference_up):
             raise CheckFailed(_diagnose_up_gradient(grad_up, adapter, h, delta, reference_up))
-    _passed(
+    report_passed(
         "At W_up = 0 your gradients match autograd: ∂L/∂W_down = 0 exactly and ∂L/∂W_up ≠ 0 "
-        f"(within {ATOL:g}) on 3 random zero-up adapters."
+        f"(within {ATOL:g}) on {len(ZERO_UP_CASES)} random zero-up adapters, BERT-base's d = 768, r = 64 among them."
     )
 
 
@@ -446,14 +643,14 @@ _FOLD_ORDER = (
 )
 
 
-def _linear_case(d_in: int, d_out: int, bottleneck: int, seed: int):
+def _linear_case(d_in: int, d_out: int, bottleneck: int, seed: int, init_scale: float = 0.3):
     """A dense layer d_in → d_out, a linear adapter of width d_out with random (non-zero) biases, and inputs;
     drawn without touching the notebook's random state."""
     generator = torch.Generator().manual_seed(seed)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         dense = nn.Linear(d_in, d_out)
-        adapter = BottleneckAdapter(d_out, bottleneck, "identity", init="houlsby", init_scale=0.3)
+        adapter = BottleneckAdapter(d_out, bottleneck, "identity", init="houlsby", init_scale=init_scale)
         with torch.no_grad():
             adapter.down.bias.normal_(0.0, 1.0, generator=generator)
             adapter.up.bias.normal_(0.0, 1.0, generator=generator)
@@ -464,50 +661,62 @@ def _fold_case(seed: int = 0):
     return _linear_case(12, 16, 4, seed)
 
 
-def check_fold(fold_fn) -> None:
-    """Check ``fold_fn(dense, adapter) -> nn.Linear`` for a linear adapter that follows ``dense`` (lab 3).
+def _fold_cases():
+    """A small non-square case first, then BERT-base's own layers (r = 64): the attention output projection
+    768 → 768 and the FFN's output projection 3072 → 768, with weights small enough that the sum stays O(1)."""
+    return [_fold_case(), _linear_case(768, 768, 64, 1, init_scale=0.05), _linear_case(3072, 768, 64, 2, init_scale=0.05)]
 
-    The result must be one nn.Linear of dense's shape computing adapter(dense(x)), with dense left
-    unchanged: W' = (I + W_up W_down) W and b' = (I + W_up W_down) b + W_up b_down + b_up.
-    """
-    name = _name(fold_fn)
-    dense, adapter, x = _fold_case()
-    before = copy.deepcopy(dense.state_dict())
-    with torch.random.fork_rng():  # a new nn.Linear draws from the notebook's generator
-        folded = _call(f"{name}(dense, adapter)", fold_fn, dense, adapter, hint=_FOLD_ORDER)
-    if any(not torch.equal(before[k], v) for k, v in dense.state_dict().items()):
-        raise CheckFailed(
-            "Your fold changed the original dense layer in place. Build a new nn.Linear and leave dense as it "
-            "was, so that the two can be compared."
-        )
+
+def _check_folded_layer(folded, layer: nn.Linear, what: str) -> None:
+    """One nn.Linear of the layer's shape, dtype and bias; otherwise name what differs."""
     if not isinstance(folded, nn.Linear):
         raise CheckFailed(
             f"Your fold returns a {type(folded).__name__}; it must return one nn.Linear: that the folded model "
             "has exactly the original architecture is the point."
         )
-    if (folded.in_features, folded.out_features) != (dense.in_features, dense.out_features):
+    if (folded.in_features, folded.out_features) != (layer.in_features, layer.out_features):
         raise CheckFailed(
-            f"Your folded layer maps {folded.in_features} → {folded.out_features}; it must have dense's shape "
-            f"{dense.in_features} → {dense.out_features}."
+            f"Your folded layer maps {folded.in_features} → {folded.out_features}; it must have {what}'s shape "
+            f"{layer.in_features} → {layer.out_features}."
         )
+    if folded.bias is None and layer.bias is not None:
+        raise CheckFailed(f"Your folded layer has no bias (bias=False), but {what} has one and the adapter adds its "
+                          "own: the fold needs a bias.")
+    wrong = {t.dtype for t in (folded.weight, folded.bias) if t is not None} - {layer.weight.dtype}
+    if wrong:
+        raise CheckFailed(
+            f"Your folded layer holds {', '.join(map(str, sorted(wrong, key=str)))} tensors, but {what} is "
+            f"{layer.weight.dtype}: the folded layer must drop into the same model. Build it in the layer's dtype "
+            f"(nn.Linear(..., dtype={str(layer.weight.dtype).replace('torch.', 'torch.')}) or .to(dtype)), and do "
+            "the products in that dtype or higher."
+        )
+
+
+def _check_one_fold(name: str, fold_fn, dense, adapter, x) -> None:
+    before = copy.deepcopy(dense.state_dict())
+    with torch.random.fork_rng():  # a new nn.Linear draws from the notebook's generator
+        folded = call_answer(f"{name}(dense, adapter)", fold_fn, dense, adapter, hint=_FOLD_ORDER)
+    if any(not torch.equal(before[k], v) for k, v in dense.state_dict().items()):
+        raise CheckFailed(
+            "Your fold changed the original dense layer in place. Build a new nn.Linear and leave dense as it "
+            "was, so that the two can be compared."
+        )
+    _check_folded_layer(folded, dense, "dense")
+    size = f" (dense {dense.in_features} → {dense.out_features}, r = {adapter.bottleneck})"
     with torch.no_grad():
         reference = adapter(dense(x))
         got = folded(x)
-        if _close(got, reference):
-            _passed(
-                f"Your fold is exact: one nn.Linear({dense.in_features} → {dense.out_features}) reproduces dense "
-                f"followed by the linear adapter (within {ATOL:g})."
-            )
+        if close_enough(got, reference):
             return
         w_up, w_down = adapter.up.weight.double(), adapter.down.weight.double()
         matrix = torch.eye(adapter.d_model, dtype=torch.float64) + w_up @ w_down
         weight = (matrix @ dense.weight.double()).float()
-        if _close(got, adapter.delta(dense(x))):
+        if close_enough(got, adapter.delta(dense(x))):
             problem = (
                 "You dropped the identity, i.e. the adapter's residual: the folded weight is (I + W_up W_down)·W, "
                 "not W_up W_down·W."
             )
-        elif _close(folded.weight, weight):
+        elif close_enough(folded.weight, weight):
             problem = (
                 "The weight is right but the bias is not: b' = (I + W_up W_down)·b + W_up·b_down + b_up "
                 "(the dense bias goes through the adapter too, and the adapter adds its own biases)."
@@ -517,45 +726,70 @@ def check_fold(fold_fn) -> None:
                 "Your folded layer's output differs from dense followed by the adapter (largest difference "
                 f"{(got - reference).abs().max().item():.2g}). {_FOLD_ORDER}"
             )
-    raise CheckFailed(problem)
+    raise CheckFailed(problem + size)
 
 
-def _parallel_case(seed: int = 0):
+@plain_errors
+def check_fold(fold_fn) -> None:
+    """Check ``fold_fn(dense, adapter) -> nn.Linear`` for a linear adapter that follows ``dense`` (lab 3).
+
+    The result must be one nn.Linear of dense's shape and dtype computing adapter(dense(x)), with dense left
+    unchanged: W' = (I + W_up W_down) W and b' = (I + W_up W_down) b + W_up b_down + b_up. Checked on a small
+    non-square layer and on BERT-base's attention (768 → 768) and FFN (3072 → 768) output projections, r = 64.
+    """
+    name = _name(fold_fn)
+    for dense, adapter, x in _fold_cases():
+        _check_one_fold(name, fold_fn, dense, adapter, x)
+    report_passed(
+        "Your fold is exact: one nn.Linear reproduces dense followed by the linear adapter (within "
+        f"{ATOL:g}), for 12 → 16 and for BERT-base's 768 → 768 and 3072 → 768 projections with r = 64."
+    )
+
+
+def _parallel_case(seed: int = 0, d: int = 12, r: int = 3, scale: float = 2.5, init_scale: float = 0.3):
     """A d → d projection, a linear adapter beside it with random biases, a scale that is not 1, inputs."""
-    projection, adapter, inputs = _linear_case(12, 12, 3, seed)
-    return projection, adapter, 2.5, inputs
+    projection, adapter, inputs = _linear_case(d, d, r, seed, init_scale=init_scale)
+    return projection, adapter, scale, inputs
 
 
+def _parallel_cases():
+    """A small case, then BERT-base's size (d = 768, r = 64) with another scale."""
+    return [_parallel_case(), _parallel_case(1, 768, 64, 4.0, init_scale=0.05)]
+
+
+@plain_errors
 def check_parallel_fold(fold_fn) -> None:
     """Check ``fold_fn(projection, adapter, scale) -> nn.Linear`` for a linear adapter beside ``projection`` (lab 3).
 
     The parallel adapter reads the projection's input x and adds scale · adapter.delta(x) to its output;
-    the answer must be one nn.Linear of the projection's shape that computes the sum, leaving the
-    projection unchanged. Compared with the unfolded pair on random inputs.
+    the answer must be one nn.Linear of the projection's shape and dtype that computes the sum, leaving the
+    projection unchanged. Compared with the unfolded pair on random inputs, at a small size and at d = 768, r = 64.
     """
     name = _name(fold_fn)
-    projection, adapter, scale, x = _parallel_case()
+    for projection, adapter, scale, x in _parallel_cases():
+        _check_one_parallel_fold(name, fold_fn, projection, adapter, scale, x)
+    report_passed(
+        f"Your parallel fold is exact: one nn.Linear reproduces the projection plus s × the linear adapter beside "
+        f"it (within {ATOL:g}), for 12 → 12 with s = 2.5 and for BERT-base's 768 → 768 with r = 64, s = 4."
+    )
+
+
+def _check_one_parallel_fold(name: str, fold_fn, projection, adapter, scale, x) -> None:
     before = copy.deepcopy(projection.state_dict())
     with torch.random.fork_rng():  # a new nn.Linear draws from the notebook's generator
-        folded = _call(f"{name}(projection, adapter, scale)", fold_fn, projection, adapter, scale)
+        folded = call_answer(f"{name}(projection, adapter, scale)", fold_fn, projection, adapter, scale)
     if any(not torch.equal(before[k], v) for k, v in projection.state_dict().items()):
         raise CheckFailed("Your fold changed the projection in place. Build a new nn.Linear and leave the projection as it was.")
-    if not isinstance(folded, nn.Linear) or (folded.in_features, folded.out_features) != (12, 12):
-        raise CheckFailed(
-            f"Your fold returns {folded!r}; it must return one nn.Linear with the projection's shape (12 → 12)."
-        )
+    _check_folded_layer(folded, projection, "the projection")
+    d = projection.in_features
     with torch.no_grad():
         reference = projection(x) + scale * adapter.delta(x)
         got = folded(x)
-        if _close(got, reference):
-            _passed(
-                f"Your parallel fold is exact: one nn.Linear(12 → 12) reproduces the projection plus {scale:g} × the "
-                f"linear adapter beside it (within {ATOL:g})."
-            )
+        if close_enough(got, reference):
             return
         w, b = projection.weight, projection.bias
         update, offset = adapter.up.weight @ adapter.down.weight, adapter.up.weight @ adapter.down.bias + adapter.up.bias
-        eye = torch.eye(12)
+        eye = torch.eye(d)
         right_weight = w + scale * update
         weight_mistakes = [
             (w + update, "You forgot the scale s: the adapter's whole output is multiplied by s, matrix and bias alike."),
@@ -566,9 +800,9 @@ def check_parallel_fold(fold_fn) -> None:
              "reads the projection's input x, not its output."),
         ]
         for weight, message in weight_mistakes:
-            if _close(folded.weight, weight):
+            if close_enough(folded.weight, weight):
                 raise CheckFailed(message)
-        if _close(folded.weight, right_weight):
+        if close_enough(folded.weight, right_weight):
             bias_mistakes = [
                 (b, "The weight is right but you forgot the adapter's bias terms: its biases add a constant to every output."),
                 (b + scale * adapter.up.bias, "The weight is right but the bias misses W_up·b_down: b_down passes "
@@ -576,7 +810,7 @@ def check_parallel_fold(fold_fn) -> None:
                 (b + offset, "The weight is right but the bias term is not scaled: s multiplies all of the adapter's output."),
             ]
             for bias, message in bias_mistakes:
-                if _close(folded.bias, bias):
+                if close_enough(folded.bias, bias):
                     raise CheckFailed(message)
             raise CheckFailed("The weight is right but the bias is not: collect every constant the adapter adds.")
         raise CheckFailed(
@@ -596,6 +830,8 @@ TRAINED_COUNT_CASES = [
     (768, 12, 64, "houlsby", True, 2),
     (768, 12, 48, "parallel", False, 2),
     (32, 3, 4, "houlsby", False, 5),
+    (384, 6, 48, "pfeiffer", False, 2),  # the offline stand-in's shape (MiniLM: 6 layers, d = 384)
+    (768, 12, 64, "houlsby", True, 1),  # one output: a regression head
 ]
 
 
@@ -646,9 +882,25 @@ def _count_mistakes(d, n_layers, r, placement, train_layernorm, num_labels) -> l
     else:
         mistakes.append((adapters + (2 * n_layers + 1) * 2 * d + classifier,
                          "You counted the LayerNorms, but with train_layernorm=False they stay frozen."))
+    if num_labels != 2:
+        mistakes.append((adapters + norms + 2 * d + 2, f"You counted a classifier for 2 labels; it has num_labels "
+                         f"outputs (here {num_labels}): d·num_labels + num_labels."))
+    if d != 768:
+        base_norms = (2 * n_layers + 1) * 2 * 768 if train_layernorm else 0
+        mistakes += [(n_layers * k * (2 * r * 768 + r + 768) + norms + classifier, "You wrote BERT-base's d = 768 "
+                      f"into the adapters' count; use the d you are given (here {d})."),
+                     (adapters + base_norms + classifier, "You wrote BERT-base's d = 768 into the LayerNorms' count; "
+                      f"use the d you are given (here {d}).")]
+    if n_layers != 12:
+        norms_12 = (2 * 12 + 1) * 2 * d if train_layernorm else 0
+        mistakes += [(12 * k * per_adapter + norms + classifier, "You counted BERT-base's 12 layers; use n_layers "
+                      f"(here {n_layers})."),
+                     (12 * k * per_adapter + norms_12 + classifier, "You counted BERT-base's 12 layers; use n_layers "
+                      f"(here {n_layers}).")]
     return mistakes
 
 
+@plain_errors
 def check_trained_count(count_fn) -> None:
     """Check ``count_fn(d, n_layers, r, placement, train_layernorm, num_labels) -> int`` (lab 4).
 
@@ -660,7 +912,7 @@ def check_trained_count(count_fn) -> None:
     name = _name(count_fn)
     for d, n_layers, r, placement, train_layernorm, num_labels in TRAINED_COUNT_CASES:
         call = f"{name}(d={d}, n_layers={n_layers}, r={r}, placement={placement!r}, train_layernorm={train_layernorm}, num_labels={num_labels})"
-        got = _call(call, count_fn, d, n_layers, r, placement, train_layernorm, num_labels)
+        got = call_answer(call, count_fn, d, n_layers, r, placement, train_layernorm, num_labels)
         expected = _counted_model(d, n_layers, r, placement, train_layernorm, num_labels)
         if isinstance(got, bool) or not isinstance(got, numbers.Number):
             raise CheckFailed(f"{call} returned {got!r}; it must return a number of parameters (an int).")
@@ -675,7 +927,7 @@ def check_trained_count(count_fn) -> None:
             f"{call} returned {got!r}; the model trains {expected:,}. Count each trained part on its own "
             "(adapters, LayerNorms if trained, classifier) and compare with print(model)."
         )
-    _passed(
+    report_passed(
         f"Your count matches a real model on all {len(TRAINED_COUNT_CASES)} cases, e.g. BERT-large, Pfeiffer, r = 64, "
         f"LayerNorms and classifier: {_counted_model(*TRAINED_COUNT_CASES[0]):,} trained per task."
     )
@@ -690,16 +942,26 @@ PLACEMENT_CASES = [
 ]
 
 
-def _tiny_bert():
-    """A 2-layer random BertForSequenceClassification on the meta device: real names, no memory."""
+def _tiny_bert(layers: int = 2):
+    """A random BertForSequenceClassification on the meta device: real names, no memory."""
     from transformers import BertConfig, BertForSequenceClassification  # imported here: the other checks do without it
 
     config = BertConfig(
-        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, vocab_size=100,
+        hidden_size=32, num_hidden_layers=layers, num_attention_heads=2, intermediate_size=64, vocab_size=100,
         max_position_embeddings=16,
     )
     with torch.device("meta"):
         return BertForSequenceClassification(config)
+
+
+def _twelve_layers():
+    """BERT-base's 12 layers (its exact parameter names; the width does not change a name), on the meta device."""
+    return _tiny_bert(layers=12)
+
+
+def _layer_of(name: str) -> int | None:
+    match = re.match(r"bert\.encoder\.layer\.(\d+)\.", name)
+    return int(match[1]) if match else None
 
 
 #: An adapter at either sublayer output of an encoder layer: the names some placement gives it.
@@ -721,7 +983,15 @@ def _name_kind(name: str) -> str:
     return "backbone weight"
 
 
-def _diagnose_names(missing: set, extra: set, existing: set, placement: str) -> str:
+def _diagnose_names(missing: set, extra: set, existing: set, placement: str, got: set = frozenset()) -> str:
+    layers = {_layer_of(name) for name in existing} - {None}
+    off = {_layer_of(name) for name in missing | extra}
+    anywhere = {re.sub(r"\.layer\.\d+\.", ".layer.N.", name) for name in got}
+    right_elsewhere = all(re.sub(r"\.layer\.\d+\.", ".layer.N.", name) in anywhere for name in missing)
+    if missing and right_elsewhere and None not in off and len(off) < len(layers) and len(layers) > 2:
+        return (f"Your set is right for some layers but wrong for layers {', '.join(map(str, sorted(off)))} of this "
+                f"{len(layers)}-layer BERT. Take each layer's number from its name as a whole number (BERT-base's go "
+                "up to 11, two digits), and do not assume how many layers there are.")
     unknown = sorted(name for name in extra if name not in existing and not _ADAPTER_NAME.fullmatch(name))
     if unknown:
         return (
@@ -760,30 +1030,39 @@ def _diagnose_names(missing: set, extra: set, existing: set, placement: str) -> 
     return f"Your set differs from the model's: for example {', '.join(listed)}."
 
 
+@plain_errors
 def check_trained_names(names_fn) -> None:
     """Check ``names_fn(names, placement, train_layernorm) -> set`` against a real model (lab 5).
 
     ``names`` are the parameter names of a BERT classifier before adapters are added; the answer is the
     set of names that train after ``add_adapters(model, placement, train_layernorm=...)``. The reference
-    is ``requires_grad`` of a tiny random BERT with adapters really added, for every placement and both
-    LayerNorm choices.
+    is ``requires_grad`` of a BERT with BERT-base's 12 layers (so its names) and of a 2-layer one, with
+    adapters really added, for every placement and both LayerNorm choices.
     """
     name = _name(names_fn)
-    names = [n for n, _ in _tiny_bert().named_parameters()]
-    for placement, train_layernorm in PLACEMENT_CASES:
-        with torch.random.fork_rng():  # drawing the adapters must not shift the notebook's generator
-            model = add_adapters(_tiny_bert(), placement, 4, train_layernorm=train_layernorm)
-        expected = {n for n, p in model.named_parameters() if p.requires_grad}
-        existing = {n for n, _ in model.named_parameters()}
-        call = f"{name}(names, {placement!r}, train_layernorm={train_layernorm})"
-        got = _call(call, names_fn, list(names), placement, train_layernorm)
-        if isinstance(got, str) or not isinstance(got, (set, frozenset, list, tuple)):
-            raise CheckFailed(f"{call} returned a {type(got).__name__}; return a set of parameter names.")
-        got = set(got)
-        if got != expected:
-            problem = _diagnose_names(expected - got, got - expected, existing, placement)
-            raise CheckFailed(f"{call}: {problem}")
-    _passed(
+    for build in (_twelve_layers, _tiny_bert):
+        _check_names_on(name, names_fn, build)
+    report_passed(
         "Your sets match requires_grad of a real BERT with adapters for all three placements, LayerNorms trained "
         "and frozen."
     )
+
+
+def _check_names_on(name: str, names_fn, build) -> None:
+    names = [n for n, _ in build().named_parameters()]
+    for placement, train_layernorm in PLACEMENT_CASES:
+        with torch.random.fork_rng():  # drawing the adapters must not shift the notebook's generator
+            model = add_adapters(build(), placement, 4, train_layernorm=train_layernorm)
+        expected = {n for n, p in model.named_parameters() if p.requires_grad}
+        existing = {n for n, _ in model.named_parameters()}
+        call = f"{name}(names, {placement!r}, train_layernorm={train_layernorm})"
+        got = call_answer(call, names_fn, list(names), placement, train_layernorm)
+        if isinstance(got, str) or not isinstance(got, (set, frozenset, list, tuple)):
+            raise CheckFailed(f"{call} returned a {type(got).__name__}; return a set of parameter names.")
+        if not all(isinstance(item, str) for item in got):
+            raise CheckFailed(f"{call} returned a set holding {type(next(iter(got))).__name__}s; return parameter "
+                              "names, the strings of model.named_parameters().")
+        got = set(got)
+        if got != expected:
+            problem = _diagnose_names(expected - got, got - expected, existing, placement, got)
+            raise CheckFailed(f"{call}: {problem}")

@@ -5,39 +5,43 @@ of accuracy against trained parameters.
 Like :mod:`adapterlab.checks`, each check runs the student's code on random cases, compares it with an
 independent reference, prints one line starting with ✔, raises :class:`CheckFailed` naming the mistake
 on a wrong answer, and says "The answer is missing" while the exercise still raises NotImplementedError.
-The models are tiny random BERT classifiers built inside the check (3–4 layers, d = 32, no dropout),
-so every check runs in about a second and needs neither a backbone download nor data.
+The models are small random BERT classifiers built inside the check (d = 32; BERT-base's 12 layers where
+names or spans depend on the depth; dropout on where training is checked), so every check runs in seconds
+and needs neither a backbone download nor data.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import numbers
+import os
+import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from ..runs.ablation import span_ablation
-from ..methods.checkpoints import load_adapter_set, save_adapter_set, saved_parameters
-from .checks import POOLER_STAYS_FROZEN, CheckFailed, _call, _close, _passed
+from ..methods.checkpoints import CONFIG_FILE, load_adapter_set, save_adapter_set, saved_parameters
 from ..methods.registry import set_trainable
 from ..model.placement import add_adapters, enabled_layers, set_adapters_enabled
 from ..model.trainable import parameter_group
+from ..runs.ablation import span_ablation
+from .checks import POOLER_STAYS_FROZEN, CheckFailed, call_answer, close_enough, report_passed, plain_errors
 
 __all__ = ["CheckFailed", "check_training_step", "check_matthews", "check_span_ablation", "check_serving",
            "check_pareto_front"]
 
 
-def _tiny_classifier(seed: int, layers: int = 3, init_scale: float = 1e-2):
-    """A tiny random BertForSequenceClassification with Houlsby adapters (r = 4), dropout off."""
+def _tiny_classifier(seed: int, layers: int = 3, init_scale: float = 1e-2, dropout: float = 0.0):
+    """A tiny random BertForSequenceClassification with Houlsby adapters (r = 4), dropout off unless asked for."""
     from transformers import BertConfig, BertForSequenceClassification  # only the checks that need it pay for it
 
     config = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=layers, num_attention_heads=4,
-                        intermediate_size=64, max_position_embeddings=32, hidden_dropout_prob=0.0,
-                        attention_probs_dropout_prob=0.0, num_labels=2)
+                        intermediate_size=64, max_position_embeddings=32, hidden_dropout_prob=dropout,
+                        attention_probs_dropout_prob=dropout, num_labels=2)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         model = BertForSequenceClassification(config)
@@ -102,8 +106,16 @@ def _check_frozen(model, expected: set[str]) -> None:
 
 
 def _check_optimizer_holds(model, optimizer) -> None:
-    """The optimizer must hold exactly the trainable tensors (nanoGPT's configure_optimizers habit)."""
-    held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    """The optimizer must hold exactly the trainable tensors (nanoGPT's configure_optimizers habit), each once."""
+    listed = [p for group in optimizer.param_groups for p in group["params"]]
+    held = {id(p) for p in listed}
+    names = {id(p): name for name, p in model.named_parameters()}
+    if len(listed) != len(held):
+        twice = next(p for k, p in enumerate(listed) if any(p is q for q in listed[:k]))
+        raise CheckFailed(
+            f"Your optimizer holds {names.get(id(twice), 'a tensor')} twice ({len(listed)} entries for {len(held)} "
+            "tensors): each step would update it twice. List every trainable tensor once."
+        )
     frozen = [name for name, p in model.named_parameters() if not p.requires_grad and id(p) in held]
     if frozen:
         raise CheckFailed(
@@ -118,49 +130,107 @@ def _check_optimizer_holds(model, optimizer) -> None:
             f"Your optimizer leaves out {len(left_out)} trainable tensors, e.g. {left_out[0]}: they get "
             "gradients but never move. Give it every parameter that requires grad."
         )
+    if len(held) > len(names):
+        raise CheckFailed("Your optimizer holds tensors that are not the model's parameters: build it over "
+                          "model.parameters() (those that require grad).")
 
 
-def _fresh_gradients(model, batch, names: list[str]) -> tuple[float, list[torch.Tensor]]:
-    """The loss on the batch and its gradients for the named tensors, computed on a copy by autograd."""
-    twin = copy.deepcopy(model)
-    parameters = dict(twin.named_parameters())
-    loss = twin(**batch).loss
-    return loss.item(), list(torch.autograd.grad(loss, [parameters[n] for n in names]))
+def _check_optimizer_kind(optimizer, learning_rate: float, prepare_name: str) -> None:
+    """AdamW, as the exercise asks, at the learning rate it was given (every parameter group)."""
+    if not isinstance(optimizer, torch.optim.AdamW):
+        raise CheckFailed(
+            f"{prepare_name} returned a {type(optimizer).__name__} optimizer; the exercise asks for AdamW "
+            "(torch.optim.AdamW), the optimizer the labs train adapters with: its decoupled weight decay is part "
+            "of the recipe."
+        )
+    rates = sorted({group["lr"] for group in optimizer.param_groups})
+    if any(not isinstance(rate, (int, float)) or not math.isclose(rate, learning_rate, rel_tol=1e-9) for rate in rates):
+        shown = ", ".join(f"{rate:g}" if isinstance(rate, (int, float)) else repr(rate) for rate in rates)
+        raise CheckFailed(
+            f"Your optimizer's learning rate is {shown}, but {prepare_name} was given learning_rate={learning_rate:g}: "
+            "use the argument, not a number of your own (the labs sweep it)."
+        )
 
 
-def check_training_step(prepare_fn, step_fn) -> None:
-    """Check lab 6's exercise on a tiny random BERT classifier with Houlsby adapters.
-
-    ``prepare_fn(model, learning_rate) -> optimizer`` gets a model whose every tensor requires grad; it
-    must freeze all but what the package's freeze policy trains (adapters, LayerNorms, classifier; the
-    pretrained pooler stays frozen, as in adapter-bert) and return an optimizer over exactly the
-    trainable tensors. ``step_fn(model, optimizer, batch) -> loss`` makes one training step. Checked
-    over a few steps on one batch: each step sees the fresh gradient of its own loss (no accumulation),
-    calls ``optimizer.step()`` once, leaves every frozen tensor bit-identical, and the loss falls.
-    """
-    prepare_name, step_name = getattr(prepare_fn, "__name__", "prepare"), getattr(step_fn, "__name__", "step")
-    model = _tiny_classifier(seed=6)
-    for parameter in model.parameters():
-        parameter.requires_grad_(True)  # as a freshly built model: nothing frozen yet
-    policy = set_trainable(copy.deepcopy(model), "adapters")
-    expected = {name for name, p in policy.named_parameters() if p.requires_grad}
-    before = {name: p.detach().clone() for name, p in model.named_parameters()}
-
-    optimizer = _call(f"{prepare_name}(model, learning_rate={TRAINING_LR})", prepare_fn, model, TRAINING_LR)
+def _prepared(prepare_name, prepare_fn, model, learning_rate, expected: set[str]):
+    """Call the student's prepare on ``model``; check the freezing and the optimizer it returns."""
+    optimizer = call_answer(f"{prepare_name}(model, learning_rate={learning_rate:g})", prepare_fn, model, learning_rate)
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise CheckFailed(
             f"{prepare_name} returned {type(optimizer).__name__}; it must return the optimizer it built "
             "(e.g. a torch.optim.AdamW)."
         )
     _check_frozen(model, expected)
+    _check_optimizer_kind(optimizer, learning_rate, prepare_name)
     _check_optimizer_holds(model, optimizer)
+    return optimizer
+
+
+def _policy(model) -> set[str]:
+    """What the package's freeze policy trains in this model (the reference)."""
+    policy = set_trainable(copy.deepcopy(model), "adapters")
+    return {name for name, p in policy.named_parameters() if p.requires_grad}
+
+
+def _fresh_gradients(model, batch, names: list[str], seed: int, mode: str = "train"):
+    """The loss on the batch and its gradients for the named tensors, on a copy, by autograd; dropout draws its
+    masks from ``seed``. ``mode``: "train" (the reference), "eval" (dropout off) or "unmasked" (no attention mask)."""
+    twin = copy.deepcopy(model)
+    twin.train(mode != "eval")
+    parameters = dict(twin.named_parameters())
+    given = {k: v for k, v in batch.items() if not (mode == "unmasked" and k == "attention_mask")}
+    with torch.random.fork_rng(), torch.enable_grad():
+        torch.manual_seed(seed)
+        loss = twin(**given).loss
+        return loss.item(), list(torch.autograd.grad(loss, [parameters[n] for n in names]))
+
+
+def _padded_batch(labels: list[int]) -> dict:
+    """Rows of different lengths padded with 0 at the end, the attention mask marking the real tokens."""
+    rows = len(labels)
+    ids = _token_batch(60, rows, length=10)
+    mask = torch.ones(rows, 10, dtype=torch.long)
+    for row, length in enumerate([10, 6, 8, 4, 9, 5][:rows]):
+        ids[row, length:] = 0
+        mask[row, length:] = 0
+    return {"input_ids": ids, "attention_mask": mask, "labels": torch.tensor(labels)}
+
+
+_NO_GRAD_HINT = ("If the loss has no grad_fn, the forward ran under torch.no_grad() or torch.inference_mode(): a "
+                 "training step needs autograd on.")
+
+
+@plain_errors
+def check_training_step(prepare_fn, step_fn) -> None:
+    """Check lab 6's exercise on small random BERT classifiers with Houlsby adapters.
+
+    ``prepare_fn(model, learning_rate) -> optimizer`` gets a model whose every tensor requires grad; it
+    must freeze all but what the package's freeze policy trains (adapters, LayerNorms, classifier; the
+    pretrained pooler stays frozen, as in adapter-bert) and return an AdamW optimizer at the given learning
+    rate over exactly the trainable tensors, each once. Checked on a model with BERT-base's 12 layers and on
+    the 3-layer model that then trains. ``step_fn(model, optimizer, batch) -> loss`` makes one training step.
+    Checked over a few steps on one padded batch, with dropout on: each step sees the fresh gradient of its
+    own loss (training mode, attention mask used, no accumulation), calls ``optimizer.step()`` once, leaves
+    every frozen tensor bit-identical, and the loss falls.
+    """
+    prepare_name, step_name = getattr(prepare_fn, "__name__", "prepare"), getattr(step_fn, "__name__", "step")
+    deep = _tiny_classifier(seed=5, layers=12)
+    deep.requires_grad_(True)
+    _prepared(prepare_name, prepare_fn, deep, 3e-4, _policy(deep))
+
+    model = _tiny_classifier(seed=6, dropout=0.1).train()
+    model.requires_grad_(True)  # as a freshly built model: nothing frozen yet
+    expected = _policy(model)
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    optimizer = _prepared(prepare_name, prepare_fn, model, TRAINING_LR, expected)
 
     names = sorted(expected)
     parameters = dict(model.named_parameters())
-    labels = torch.tensor([0, 1, 1, 0, 1, 0])
-    batch = {"input_ids": _token_batch(60, len(labels)), "attention_mask": torch.ones(len(labels), 8, dtype=torch.long),
-             "labels": labels}
+    batch = _padded_batch([0, 1, 1, 0, 1, 0])
     seen: dict = {}
+
+    def same(grads, reference) -> bool:
+        return all(close_enough(g, f) for g, f in zip(grads, reference))
 
     def inspect_gradients(optimizer, args, kwargs):
         """Runs inside optimizer.step(): are the gradients there, and are they this step's own?"""
@@ -172,28 +242,48 @@ def check_training_step(prepare_fn, step_fn) -> None:
                 "backpropagated. Call loss.backward() before optimizer.step()."))
             return
         grads = [torch.zeros_like(parameters[n]) if g is None else g for n, g in zip(names, grads)]
-        if all(_close(g, f) for g, f in zip(grads, seen["fresh"])):
+        if same(grads, seen["fresh"]):
             return
         previous = seen.get("previous")
-        if previous is not None and all(_close(g, f + p) for g, f, p in zip(grads, seen["fresh"], previous)):
+        seed, call = seen["seed"], seen["call"]
+        if previous is not None and all(close_enough(g, f + p) for g, f, p in zip(grads, seen["fresh"], previous)):
             seen.setdefault("problem", (
-                f"At step {seen['call']} the gradients are the sum of this step's and the previous step's: "
+                f"At step {call} the gradients are the sum of this step's and the previous step's: "
                 "gradients accumulate because they are never reset. Call optimizer.zero_grad() after "
                 "optimizer.step() (or before loss.backward())."))
+        elif same(grads, _fresh_gradients(model, batch, names, seed, "eval")[1]):
+            seen.setdefault("problem", (
+                f"At step {call} the model ran in evaluation mode, so dropout was off: your code calls model.eval() "
+                "(or never model.train() after it). Training steps run the model in training mode."))
+        elif same(grads, _fresh_gradients(model, batch, names, seed, "unmasked")[1]):
+            seen.setdefault("problem", (
+                f"At step {call} the loss ignored the attention mask: the padding tokens were attended to as if "
+                "they were words. Pass the whole batch, model(**batch), attention_mask included."))
         else:
             seen.setdefault("problem", (
-                f"At step {seen['call']} the gradients optimizer.step() sees are not those of this batch's loss "
+                f"At step {call} the gradients optimizer.step() sees are not those of this batch's loss "
                 "(autograd on a copy of the model disagrees): compute loss = model(**batch).loss on the batch "
                 "you are given, then call loss.backward() once."))
 
+    def eval_loss() -> float:
+        mode = model.training
+        model.eval()
+        with torch.no_grad():
+            value = model(**batch).loss.item()
+        model.train(mode)
+        return value
+
+    first_loss = eval_loss()
     hook = optimizer.register_step_pre_hook(inspect_gradients)
     try:
-        first_loss = None
         for call in range(1, TRAINING_STEPS + 1):
-            loss_now, fresh = _fresh_gradients(model, batch, names)
-            first_loss = loss_now if first_loss is None else first_loss
-            seen.update(call=call, steps=0, fresh=fresh)
-            returned = _call(f"{step_name}(model, optimizer, batch)", step_fn, model, optimizer, batch)
+            seed = 600 + call
+            loss_now, fresh = _fresh_gradients(model, batch, names, seed)
+            seen.update(call=call, steps=0, fresh=fresh, seed=seed)
+            with torch.random.fork_rng():
+                torch.manual_seed(seed)  # the same dropout masks as the reference
+                returned = call_answer(f"{step_name}(model, optimizer, batch)", step_fn, model, optimizer, dict(batch),
+                                 hint=_NO_GRAD_HINT)
             if "problem" in seen:
                 raise CheckFailed(seen["problem"])
             if seen["steps"] == 0:
@@ -216,17 +306,20 @@ def check_training_step(prepare_fn, step_fn) -> None:
     moved = [name for name in before if name not in expected and not torch.equal(before[name], parameters[name])]
     if moved:
         raise CheckFailed(f"{len(moved)} frozen tensors changed during training, e.g. {moved[0]}; frozen means untouched.")
-    with torch.no_grad():
-        last_loss = model(**batch).loss.item()
+    if not model.training:
+        raise CheckFailed(f"After {step_name} the model is left in evaluation mode: a training step leaves it as it "
+                          "found it, in training mode (the next step's dropout depends on it).")
+    last_loss = eval_loss()
     if not last_loss < first_loss:
         raise CheckFailed(
             f"After {TRAINING_STEPS} steps the loss on the same batch went from {first_loss:.4f} to {last_loss:.4f}; "
             "it should fall. Check the optimizer's learning rate (use the one you are given)."
         )
-    _passed(
-        f"Your training step is right: only the {len(expected)} adapter, LayerNorm and classifier tensors train, the "
-        f"optimizer holds exactly those, each step uses its own fresh gradients, frozen tensors stay bit-identical, "
-        f"and the loss on one batch falls over {TRAINING_STEPS} steps."
+    report_passed(
+        f"Your training step is right: only the adapter, LayerNorm and classifier tensors train ({len(expected)} in "
+        "the 3-layer model, all 12 layers checked too), AdamW at the given rate holds exactly those, each step uses "
+        "its own fresh gradients (dropout on, padding masked), frozen tensors stay bit-identical, and the loss on "
+        f"one batch falls over {TRAINING_STEPS} steps."
     )
 
 
@@ -242,24 +335,54 @@ def _correlation(labels: np.ndarray, predictions: np.ndarray) -> float:
     return float(x @ y) / scale if scale > 0 else 0.0
 
 
+#: CoLA's dev and train sizes: the four totals' product passes 2**31 there, so 32-bit counts overflow.
+COLA_SIZES = (1043, 8551)
+INT32_MAX = 2**31 - 1
+
+
 def _matthews_cases():
-    """(what, labels, predictions): random label sets of several sizes and balances, then the corner cases."""
+    """(what, labels, predictions): random label sets of several sizes and balances, CoLA's own sizes (as 32-bit
+    arrays, as a data loader may give them), then the corner cases."""
     generator = np.random.default_rng(7)
     cases = []
     for size, positive, agreement in [(40, 0.5, 0.8), (97, 0.7, 0.65), (250, 0.3, 0.55), (13, 0.6, 0.3)]:
         labels = (generator.random(size) < positive).astype(np.int64)
         predictions = np.where(generator.random(size) < agreement, labels, 1 - labels)
         cases.append((f"{size} random labels", labels, predictions))
+    for size in COLA_SIZES:
+        labels = (generator.random(size) < 0.69).astype(np.int32)
+        predictions = np.where(generator.random(size) < 0.8, labels, 1 - labels).astype(np.int32)
+        cases.append((f"{size} labels, CoLA's size, as int32 arrays", labels, predictions))
     labels = (generator.random(30) < 0.7).astype(np.int64)
     labels[:2] = [0, 1]
     cases += [
         ("a constant predictor (always 1)", labels, np.ones_like(labels)),
+        ("a constant predictor (always 0)", labels, np.zeros_like(labels)),
         ("a perfect predictor", labels, labels.copy()),
         ("an inverted predictor", labels, 1 - labels),
         ("labels of one class only (no 0 at all)", np.ones(12, dtype=np.int64),
          (generator.random(12) < 0.5).astype(np.int64)),
+        ("perfect predictions of labels of one class only", np.ones(12, dtype=np.int64), np.ones(12, dtype=np.int64)),
     ]
     return cases
+
+
+def _overflowed(value: float, labels, predictions) -> str | None:
+    """The message for a score spoilt by 32-bit counts at CoLA's size, or None."""
+    tp, tn, fp, fn = _counts(labels, predictions)
+    product = (tp + fp) * (tp + fn) * (tn + fp) * (tn + fn)
+    if product <= INT32_MAX:
+        return None
+    with np.errstate(all="ignore"):
+        t = [np.int32(x) for x in (tp, tn, fp, fn)]
+        wrapped = int((t[0] + t[2]) * (t[0] + t[3]) * (t[1] + t[2]) * (t[1] + t[3]))
+    candidates = {float("nan")} | ({(tp * tn - fp * fn) / math.sqrt(wrapped)} if wrapped > 0 else set())
+    if math.isnan(value) or math.isinf(value) or any(math.isclose(value, c, rel_tol=1e-6) for c in candidates):
+        return (f"At CoLA's size (n = {len(labels):,}) the product under the root, (TP+FP)(TP+FN)(TN+FP)(TN+FN) = "
+                f"{product:.2e}, is larger than a 32-bit integer holds ({INT32_MAX:,}): your counts are 32-bit "
+                "(NumPy keeps int32 for int32 arrays) and the product overflows. Turn the counts into Python ints "
+                "(int(...)) or floats before multiplying.")
+    return None
 
 
 def _counts(labels, predictions) -> tuple[int, int, int, int]:
@@ -297,6 +420,7 @@ def _matthews_mistake(got: float, labels, predictions) -> str | None:
     return None
 
 
+@plain_errors
 def check_matthews(matthews_fn) -> None:
     """Check ``matthews_fn(labels, predictions) -> float`` for 0/1 NumPy arrays (lab 7).
 
@@ -312,37 +436,63 @@ def check_matthews(matthews_fn) -> None:
         degenerate = len(set(labels.tolist())) < 2 or len(set(predictions.tolist())) < 2
         call = f"{name}(labels, predictions) for {what}"
         with np.errstate(all="ignore"):
-            got = _call(call, matthews_fn, labels.copy(), predictions.copy(), hint=zero if degenerate else "")
+            got = call_answer(call, matthews_fn, labels.copy(), predictions.copy(), hint=zero if degenerate else "")
         value = _as_float(got)
         if value is None:
             raise CheckFailed(f"{call} returned {got!r}; return the score as one number (a float).")
+        overflow = None if degenerate or math.isclose(value, expected, rel_tol=1e-6, abs_tol=1e-9) else _overflowed(
+            value, labels, predictions)
+        if overflow:
+            raise CheckFailed(f"{call} returned {value:.4f}; the Matthews correlation is {expected:.4f}. {overflow}")
         if math.isnan(value) or math.isinf(value):
             raise CheckFailed(f"{call} returned {value}. {zero if degenerate else 'Return a finite number.'}")
         if math.isclose(value, expected, rel_tol=1e-6, abs_tol=1e-9):
             continue
-        problem = _matthews_mistake(value, labels, predictions)
+        problem = zero if degenerate else _matthews_mistake(value, labels, predictions)
         raise CheckFailed(f"{call} returned {value:.4f}; the Matthews correlation is {expected:.4f}. "
                           + (problem or "Count TP, TN, FP and FN from the two arrays, then apply the formula."))
-    _passed("Your Matthews correlation matches the correlation of labels and predictions on 4 random label sets, "
-            "and gives 0 for a constant predictor and one-class labels, 1 when perfect, −1 when inverted.")
+    report_passed("Your Matthews correlation matches the correlation of labels and predictions on 4 random label sets "
+            "and at CoLA's sizes (1,043 and 8,551), and gives 0 for a constant predictor and one-class labels, 1 when "
+            "perfect, −1 when inverted.")
 
 
 # --------------------------------------------------------------------------------------------------
 # Lab 8: the span-ablation loop
 # --------------------------------------------------------------------------------------------------
 
-ABLATION_LAYERS = 4
+#: BERT-base's 12 layers: 78 spans, and layer numbers with two digits.
+ABLATION_LAYERS = 12
 
 
 class _EvaluationFailed(RuntimeError):
     """Raised by the check's score function on purpose, to see whether the loop restores the model."""
 
 
-def _score_fn(batch: torch.Tensor, fail_at: int | None = None):
-    """A stand-in for an evaluation: a number that depends on which adapters are on (the logits' mean)."""
+_PACKAGE_ABLATION = ("Your loop calls the package's span_ablation: that is the loop this exercise asks you to write "
+                     "(the check compares with it). Switch the spans off and on yourself.")
+
+
+def _called_by_package_ablation() -> bool:
+    """Whether adapterlab's own span_ablation is on the call stack."""
+    target = span_ablation.__code__
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is target:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _score_fn(batch: torch.Tensor, fail_at: int | None = None, student: bool = False):
+    """A stand-in for an evaluation: a number that depends on which adapters are on (the logits' mean). With
+    ``student``, it refuses to be called from the package's own span_ablation."""
     calls = {"n": 0}
 
     def score(model) -> float:
+        if student and _called_by_package_ablation():
+            from .checks import Forbidden
+
+            raise Forbidden(_PACKAGE_ABLATION)
         calls["n"] += 1
         if fail_at is not None and calls["n"] == fail_at:
             raise _EvaluationFailed("the evaluation failed halfway through the loop (raised by the check on purpose)")
@@ -367,6 +517,43 @@ def _variant_scores(model, score, spans_off, restore: bool) -> dict:
     return out
 
 
+def _model_state(model) -> dict:
+    """Everything about a model a loop over it must give back besides its tensors and its enabled adapters."""
+    def hooks(module):
+        return sum(len(getattr(module, kind, {})) for kind in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
+                                                               "_backward_pre_hooks"))
+
+    return {"grad": torch.is_grad_enabled(),
+            "training": {name: m.training for name, m in model.named_modules()},
+            "requires_grad": {name: p.requires_grad for name, p in model.named_parameters()},
+            "hooks": {name: hooks(m) for name, m in model.named_modules()}}
+
+
+def _state_change(before: dict, after: dict, when: str = "") -> str | None:
+    """What a loop left changed, in words, or None."""
+    if after["grad"] != before["grad"]:
+        return (f"{when}Your loop leaves autograd switched {'off' if before['grad'] else 'on'} for everything that runs "
+                "after it (torch.set_grad_enabled(...) without putting it back): every later training cell would "
+                "silently compute no gradients. score(model) already evaluates without gradients; leave grad mode alone, "
+                "or use `with torch.no_grad():`, which restores it.")
+    modes = [name for name, mode in before["training"].items() if after["training"].get(name) != mode]
+    if modes:
+        left = "evaluation" if before["training"][modes[0]] else "training"
+        return (f"{when}Your loop leaves the model in {left} mode (model.{'eval' if left == 'evaluation' else 'train'}()): "
+                f"it came in {'training' if left == 'evaluation' else 'evaluation'} mode, and a restore means every "
+                "module's mode as it was. Remember model.training and put it back in a `finally:` block.")
+    flags = [name for name, flag in before["requires_grad"].items() if after["requires_grad"].get(name) != flag]
+    if flags:
+        return (f"{when}Your loop changes which tensors require grad ({len(flags)} of them, e.g. {flags[0]}): "
+                "switching adapters off is set_adapters_enabled's job; leave requires_grad as it was.")
+    hooks = [name or "the model" for name, count in after["hooks"].items() if count != before["hooks"].get(name, 0)]
+    if hooks:
+        return (f"{when}Your loop leaves hooks registered on {hooks[0]}{' and other modules' if len(hooks) > 1 else ''}: "
+                "they run at every later forward pass. Remove every hook you register (handle.remove()) in a "
+                "`finally:` block.")
+    return None
+
+
 def _ablation_mistake(model, score, values: dict, expected: dict, left_off: list[int]) -> str:
     """What a loop whose scores are ``values`` did wrong, in words (``model`` is as it came in)."""
     def same(scores: dict) -> bool:
@@ -386,26 +573,36 @@ def _ablation_mistake(model, score, values: dict, expected: dict, left_off: list
             f"off (and all others on) the model scores {expected[worst]:.5f}.")
 
 
+@plain_errors
 def check_span_ablation(ablate_fn) -> None:
     """Check ``ablate_fn(model, score) -> {(i, j): score}`` (lab 8) against :func:`adapterlab.ablation.span_ablation`.
 
     For every span 0 ≤ i ≤ j < L the adapters of layers i..j (inclusive) are switched off, ``score(model)``
     is taken, and they are switched back on; afterwards the model must be exactly as it came in (every
-    adapter on, every tensor and output bit-identical), even when ``score`` raises halfway.
+    adapter on, every tensor and output bit-identical, training mode, requires_grad flags, hooks and grad mode
+    as they were), even when ``score`` raises halfway. The model has BERT-base's 12 layers (78 spans) and comes
+    in training mode, as it is right after training.
     """
     name = getattr(ablate_fn, "__name__", "ablate")
-    model = _tiny_classifier(seed=8, layers=ABLATION_LAYERS, init_scale=0.3)  # big adapters, so each span shows
+    model = _tiny_classifier(seed=8, layers=ABLATION_LAYERS, init_scale=0.3).train()  # big adapters: each span shows
     pristine = copy.deepcopy(model)
+    state = _model_state(model)
     batch = _token_batch(80, 5)
-    score = _score_fn(batch)
+    score = _score_fn(batch, student=True)
     with torch.no_grad():
         outputs = model(input_ids=batch).logits
+    reference_score = _score_fn(batch)
     reference = span_ablation(copy.deepcopy(model), None, metric="score", progress=False,
-                              evaluate=lambda m, data, batch_size, device: {"score": score(m)})
+                              evaluate=lambda m, data, batch_size, device: {"score": reference_score(m)})
     expected = {(i, j): float(reference.scores[i, j]) for i in range(ABLATION_LAYERS)
                 for j in range(i, ABLATION_LAYERS)}
 
-    got = _call(f"{name}(model, score)", ablate_fn, model, score)
+    try:
+        got = call_answer(f"{name}(model, score)", ablate_fn, model, score)
+    finally:
+        grad_after = torch.is_grad_enabled()
+        torch.set_grad_enabled(state["grad"])  # whatever the answer did, the notebook gets its grad mode back
+    changed = _state_change(state, dict(_model_state(model), grad=grad_after))
     if not isinstance(got, dict) or set(got) != set(expected):
         shown = sorted(got)[:4] if isinstance(got, dict) else type(got).__name__
         raise CheckFailed(
@@ -420,31 +617,41 @@ def check_span_ablation(ablate_fn) -> None:
         raise CheckFailed(_ablation_mistake(pristine, score, values, expected, left_off))
     if left_off:
         raise CheckFailed(f"After your loop the adapters of layers {left_off} are still off: switch them back on.")
+    if changed:
+        raise CheckFailed(changed)
     with torch.no_grad():
         unchanged = torch.equal(model(input_ids=batch).logits, outputs)
-    state = pristine.state_dict()
-    if not unchanged or any(not torch.equal(v, state[k]) for k, v in model.state_dict().items()):
+    tensors = pristine.state_dict()
+    if not unchanged or any(not torch.equal(v, tensors[k]) for k, v in model.state_dict().items()):
         raise CheckFailed("After your loop the model's weights or outputs differ from before: switch adapters off "
                           "and on with set_adapters_enabled; do not change or remove any tensor.")
 
     failing = copy.deepcopy(pristine)
     try:
-        _call(f"{name}(model, score)", ablate_fn, failing, _score_fn(batch, fail_at=3))
+        call_answer(f"{name}(model, score)", ablate_fn, failing, _score_fn(batch, fail_at=3, student=True))
     except CheckFailed as error:
         if not isinstance(error.__cause__, _EvaluationFailed):
             raise
     else:
         raise CheckFailed(f"When score(model) raised an error, {name} carried on as if nothing had happened; let "
                           "the error reach the caller (try/finally, without except).")
+    finally:
+        grad_after = torch.is_grad_enabled()
+        torch.set_grad_enabled(state["grad"])
     still_off = sorted(set(range(ABLATION_LAYERS)) - set(enabled_layers(failing)))
     if still_off:
         raise CheckFailed(
             f"When score(model) raised an error halfway, your loop left the adapters of layers {still_off} "
             "switched off. Switch them back on in a `finally:` block, which runs whatever happens."
         )
-    _passed(
+    changed = _state_change(state, dict(_model_state(failing), grad=grad_after),
+                            when="When score(model) raised an error halfway: ")
+    if changed:
+        raise CheckFailed(changed)
+    report_passed(
         f"Your span ablation matches adapterlab.ablation on all {len(expected)} spans of a "
-        f"{ABLATION_LAYERS}-layer model, and leaves the model bit-identical, even when the evaluation fails."
+        f"{ABLATION_LAYERS}-layer model, and leaves the model as it came (tensors, outputs, modes, flags, hooks), even "
+        "when the evaluation fails."
     )
 
 
@@ -475,12 +682,44 @@ def _serving_case(directory: Path):
     return base, sets, requests, server
 
 
+_OPENED: dict = {"log": None}
+
+
+def _audit(event: str, args) -> None:
+    """Python's audit hook: while a log is open, note the path of every file opened."""
+    log = _OPENED["log"]
+    if log is not None and event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):
+        log.append(os.fsdecode(args[0]))
+
+
+@contextlib.contextmanager
+def _files_opened():
+    """The paths of the files opened inside (an audit hook, added once per process; it costs nothing while closed)."""
+    if not _OPENED.get("installed"):
+        sys.addaudithook(_audit)
+        _OPENED["installed"] = True
+    log: list[str] = []
+    _OPENED["log"] = log
+    try:
+        yield log
+    finally:
+        _OPENED["log"] = None
+
+
+def _loads(log: list[str], sets: dict) -> int:
+    """How many times an adapter set's config was read: once per load_adapter_set (calibrated by the caller)."""
+    configs = {str(Path(folder) / CONFIG_FILE) for folder in sets.values()}
+    return sum(path in configs for path in log)
+
+
+@plain_errors
 def check_serving(serve_fn) -> None:
     """Check ``serve_fn(model, adapter_sets, requests) -> outputs`` (lab 9).
 
     ``requests`` is a list of (task, input_ids) with input_ids of equal length; ``adapter_sets`` maps each
     task to its saved adapter set. The answer must hold one row of logits per request, in request order,
-    each equal to what a separate model with that task's set loaded answers, with one forward pass per task.
+    each equal to what a separate model with that task's set loaded answers, with one forward pass and one
+    adapter-set load per task, and each request's row run through the model once.
     """
     name = getattr(serve_fn, "__name__", "serve")
     with tempfile.TemporaryDirectory(prefix="adapterlab-check-") as folder:
@@ -491,25 +730,46 @@ def check_serving(serve_fn) -> None:
             load_adapter_set(model, sets[task])
             with torch.no_grad():
                 reference[task] = [model(input_ids=ids[None]).logits[0] for _, ids in requests]
-        passes = {"n": 0}
-        counter = server.register_forward_pre_hook(lambda module, args: passes.__setitem__("n", passes["n"] + 1))
+        with _files_opened() as log:
+            load_adapter_set(copy.deepcopy(base), sets["grammar"])
+        per_load = max(1, _loads(log, sets))
+        passes = {"n": 0, "rows": 0}
+
+        def count(module, args, kwargs):
+            passes["n"] += 1
+            ids = kwargs.get("input_ids", args[0] if args else None)
+            passes["rows"] += int(ids.shape[0]) if isinstance(ids, torch.Tensor) and ids.ndim == 2 else 1
+
+        counter = server.register_forward_pre_hook(count, with_kwargs=True)
         try:
-            got = _call(f"{name}(model, adapter_sets, requests)", serve_fn, server, dict(sets), list(requests))
+            with _files_opened() as log:
+                got = call_answer(f"{name}(model, adapter_sets, requests)", serve_fn, server, dict(sets), list(requests))
         finally:
             counter.remove()
+        loads = _loads(log, sets) // per_load
     rows = _rows(got, len(requests))
     if rows is None:
         raise CheckFailed(f"{name} must return one row of logits per request ({len(requests)} rows of 2 numbers), "
                           f"as a list of tensors or one tensor; it returned {type(got).__name__}.")
     truth = [reference[task][k] for k, (task, _) in enumerate(requests)]
-    if all(_close(row, want) for row, want in zip(rows, truth)):
+    if all(close_enough(row, want) for row, want in zip(rows, truth)):
         tasks_used = len(set(SERVING_ORDER))
         if passes["n"] > tasks_used:
             raise CheckFailed(
                 f"The answers are right, but you ran {passes['n']} forward passes for {tasks_used} tasks: batch each "
                 "task's requests together, so that each adapter set is loaded and run once."
             )
-        _passed(
+        if passes["rows"] > len(requests):
+            raise CheckFailed(
+                f"The answers are right, but your forward passes ran {passes['rows']} rows for {len(requests)} "
+                "requests: each pass should hold only its task's requests, so that every request is computed once."
+            )
+        if loads > tasks_used:
+            raise CheckFailed(
+                f"The answers are right, but you loaded adapter sets {loads} times for {tasks_used} tasks: a load "
+                "copies every tensor of the set into the model, so load each task's set once, before its group."
+            )
+        report_passed(
             f"Your server answers {len(requests)} mixed requests for {tasks_used} tasks exactly as one model per "
             f"task would, in request order, with one adapter-set swap and one forward pass per task."
         )
@@ -529,13 +789,13 @@ def _rows(got, count: int):
 def _serving_mistake(rows, requests, reference) -> str:
     """What a wrong list of answers did instead, in words."""
     for task in SERVING_TASKS:
-        if all(_close(row, reference[task][k]) for k, row in enumerate(rows)):
+        if all(close_enough(row, reference[task][k]) for k, row in enumerate(rows)):
             return (f"Every request was answered with the {task!r} adapter set: load each task's own set before "
                     "running its requests.")
     origin = []  # for each row: (request index, task) of the reference it equals, if any
     for row in rows:
         origin.append(next(((k, task) for task in SERVING_TASKS for k in range(len(requests))
-                            if _close(row, reference[task][k])), None))
+                            if close_enough(row, reference[task][k])), None))
     if all(o is not None and requests[o[0]][0] == o[1] for o in origin) and any(
             o[0] != k for k, o in enumerate(origin)):
         return ("Each answer is right for some request, but they come back in grouped order: put each group's "
@@ -566,16 +826,20 @@ def _reference_front(points: dict) -> list:
                   key=lambda label: (points[label][0], -points[label][1]))
 
 
-def _running_front(points: dict, keep, order=None) -> list:
+def _running_front(points: dict, keep, order=None, start=None) -> list:
     """A front made by walking the points from cheapest to dearest and keeping those ``keep(score, best)``
     accepts: the shape of the mistakes below."""
     order = order or sorted(points, key=lambda label: (points[label][0], -points[label][1]))
-    best, front = None, []
+    best, front = start, []
     for label in order:
         if best is None or keep(points[label][1], best):
             front.append(label)
             best = points[label][1]
     return front
+
+
+_TWINS = ("Two methods here train the same number of parameters and score exactly the same: neither is better in "
+          "one of the two, so neither dominates the other, and both are on the front.")
 
 
 def _front_mistakes(points: dict) -> list[tuple[list, str]]:
@@ -585,7 +849,7 @@ def _front_mistakes(points: dict) -> list[tuple[list, str]]:
     neighbours = [label for k, label in enumerate(ascending)
                   if k == 0 or points[label][1] > points[ascending[k - 1]][1]]
     reverse = {label: (-count, score) for label, (count, score) in points.items()}
-    return [
+    mistakes = [
         (sorted(_reference_front(reverse), key=lambda label: points[label][0]),
          "You kept the methods that no method with MORE parameters beats. The front asks the opposite question: "
          "does anything with as few or fewer trained parameters score at least as well?"),
@@ -601,7 +865,14 @@ def _front_mistakes(points: dict) -> list[tuple[list, str]]:
         ([max(points, key=lambda label: points[label][1])],
          "You returned only the best-scoring method. The front holds every method that nothing cheaper (or as "
          "cheap) beats: the cheapest method is on it too."),
+        (_running_front(points, lambda score, best: score > best, start=0.0),
+         "You started from a best score of 0, so a method scoring 0 or less never gets on the front; but scores can "
+         "be 0 or negative (a Matthews correlation is). Start below every score (−∞), or with the first method."),
+        (_running_front(points, lambda score, best: score > best), _TWINS),
     ]
+    if len(set(points.values())) < len(points):  # exact twins: that is what a wrong answer missed first
+        mistakes.insert(0, mistakes.pop())
+    return mistakes
 
 
 def _front_cases():
@@ -623,34 +894,86 @@ def _front_cases():
     cases.append(("a larger method with exactly the same score", {
         "LayerNorm only": (10_754, 0.83), "Houlsby r=2": (26_306, 0.86), "Houlsby r=32": (309_122, 0.88),
         "Houlsby r=256": (2_375_426, 0.88), "full": (22_713_986, 0.89)}))
+    cases.append(("CoLA's Matthews correlations, some of them 0 or below", {
+        "head only": (770, -0.012), "LayerNorm only": (10_754, 0.0), "BitFit": (19_202, 0.0),
+        "Houlsby r=8": (89_186, 0.071), "LoRA r=8": (150_000, -0.004), "Houlsby r=64": (600_000, 0.093),
+        "full": (22_713_986, 0.0)}))
+    cases.append(("two methods with exactly the same count and score", {
+        "head only": (770, 0.80), "BitFit": (19_202, 0.861), "LoRA r=1": (19_202, 0.861),
+        "Houlsby r=8": (89_186, 0.872), "top-1 layer": (1_775_234, 0.866), "full": (22_713_986, 0.901)}))
     return cases
 
 
+_PACKAGE_FRONT = ("Your answer calls the package's tradeoff.pareto_front: that is the function this exercise asks you "
+                  "to write. Compare the methods yourself.")
+
+
+def _refused_front(points):
+    raise RuntimeError("adapterlab-refused: the package's own front")
+
+
+@contextlib.contextmanager
+def _package_front_refused():
+    """Inside, adapterlab.tradeoff.pareto_front raises, however the answer reached it (by the module, or by a name
+    imported from it): its code is swapped for a refusal and put back afterwards."""
+    from ..runs import tradeoff
+
+    real = tradeoff.pareto_front
+    code = real.__code__
+    real.__code__ = _refused_front.__code__
+    try:
+        yield real
+    finally:
+        real.__code__ = code
+
+
+@plain_errors
 def check_pareto_front(front_fn) -> None:
     """Check ``front_fn(points) -> list of labels`` (lab 10): ``points`` maps a method's label to
     (trained parameters, dev score); the answer lists the methods no other method dominates, from the fewest
-    trained parameters to the most. The reference compares every pair of methods."""
+    trained parameters to the most (two methods with exactly the same count and score dominate neither each
+    other nor anything else: both are on the front, in either order). The reference compares every pair of
+    methods. Scores may be 0 or negative (CoLA's Matthews correlation)."""
     name = getattr(front_fn, "__name__", "pareto_front")
-    for what, points in _front_cases():
-        expected = _reference_front(points)
-        given = dict(points)
-        got = _call(f"{name}(points) for {what}", front_fn, given)
-        if given != points:
-            raise CheckFailed(f"{name}(points) changed the dict it was given; build a new list and leave points as it is.")
-        if isinstance(got, (str, bytes)) or not hasattr(got, "__iter__"):
-            raise CheckFailed(f"{name}(points) returned {got!r}; return a list of the labels on the front.")
-        got = list(got)
-        if got == expected:
-            continue
-        if sorted(map(str, got)) == sorted(map(str, expected)):
-            raise CheckFailed(f"For {what} you found the right methods, in the wrong order: list the front from the "
-                              f"fewest trained parameters to the most ({expected}).")
-        message = next((text for wrong, text in _front_mistakes(points) if got == wrong and wrong != expected), None)
-        missing = [label for label in expected if label not in got]
-        extra = [label for label in got if label not in expected]
-        raise CheckFailed(f"For {what} your front is {got}; it is {expected}"
-                          + (f" (missing {missing})" if missing else "") + (f" (not on it: {extra})" if extra else "")
-                          + ". " + (message or "A method is on the front when no other method has at most as many "
-                                               "trained parameters and at least its score (and is better in one)."))
-    _passed(f"Your front matches a pairwise comparison of every method on {len(_front_cases())} sets of methods, "
-            "equal parameter counts and equal scores included.")
+    with _package_front_refused() as package_front:
+        if front_fn is package_front:
+            raise CheckFailed(_PACKAGE_FRONT)
+        for what, points in _front_cases():
+            _check_one_front(name, front_fn, what, points)
+    report_passed(f"Your front matches a pairwise comparison of every method on {len(_front_cases())} sets of methods, "
+            "equal parameter counts, equal scores, exact duplicates and scores of 0 or below included.")
+
+
+def _check_one_front(name: str, front_fn, what: str, points: dict) -> None:
+    expected = _reference_front(points)
+    given = dict(points)
+    try:
+        got = call_answer(f"{name}(points) for {what}", front_fn, given)
+    except CheckFailed as error:
+        if "adapterlab-refused" in str(error):
+            raise CheckFailed(_PACKAGE_FRONT) from None
+        raise
+    if given != points:
+        raise CheckFailed(f"{name}(points) changed the dict it was given; build a new list and leave points as it is.")
+    if isinstance(got, (str, bytes)) or not hasattr(got, "__iter__"):
+        raise CheckFailed(f"{name}(points) returned {got!r}; return a list of the labels on the front.")
+    got = list(got)
+    if got == expected:
+        return
+    if sorted(map(str, got)) == sorted(map(str, expected)) and len(set(map(str, got))) == len(got) and [
+            points[label] for label in got] == [points[label] for label in expected]:
+        return  # exact duplicates may come in either order
+    if len(set(map(str, got))) < len(got):
+        raise CheckFailed(f"For {what} your front lists a method more than once ({got}); list each label once.")
+    if sorted(map(str, got)) == sorted(map(str, expected)):
+        raise CheckFailed(f"For {what} you found the right methods, in the wrong order: list the front from the "
+                          f"fewest trained parameters to the most ({expected}).")
+    message = next((text for wrong, text in _front_mistakes(points) if got == wrong and wrong != expected), None)
+    missing = [label for label in expected if label not in got]
+    if message is None and any(points[label] == points[other] for label in missing for other in got if other in points):
+        message = _TWINS
+    extra = [label for label in got if label not in expected]
+    raise CheckFailed(f"For {what} your front is {got}; it is {expected}"
+                      + (f" (missing {missing})" if missing else "") + (f" (not on it: {extra})" if extra else "")
+                      + ". " + (message or "A method is on the front when no other method has at most as many "
+                                           "trained parameters and at least its score (and is better in one)."))

@@ -15,10 +15,17 @@ the cell but not the answer::
         # HINT: the residual carries h through untouched
         raise NotImplementedError("Exercise: write your answer here. Hint: the residual carries h through untouched")
 
+In the copy the stub raises :class:`AnswerMissing`, a NotImplementedError that Jupyter shows as one
+line ("The answer is missing …") instead of a traceback, and the cell imports it first.
+
 An answer can also leak through an output, so the copy clears the outputs of the exercise cells,
-of every cell that calls a self-check (its ✔ line prints the right result), and of every cell
-tagged `answer`; a prediction cell gets its empty answer back. Every other cell, its outputs and
-all metadata stay as they are, so students see the same lab their instructor ran.
+of every cell that calls a self-check (its ✔ line prints the right result), of every cell tagged
+`answer`, and of every code cell between a prediction's question and its "**What this teaches.**"
+cell (the result that reveals the answer), whatever its tags; a prediction cell gets its empty answer
+back. Speaker notes (markdown cells of slide type `notes`, which name the answers) are left out, and a
+widget's saved output, which shows only its text form before the cell runs, becomes a one-line hint.
+Every other cell, its outputs and all metadata stay as they are, so students see the same lab their
+instructor ran.
 
 Copies are written so that students can rebuild them at any time (`python3 run.py lab --student`):
 nothing is written over the instructor's notebooks, a broken lab stops the run before any file is
@@ -51,8 +58,24 @@ GENERIC_HINT = "replace this line with your code, run the cell, then run the che
 #: A check call seen in text, for a cell that is not Python even after IPython's own rewriting.
 CHECK_CALL_TEXT = re.compile(r"\bcheck_\w*\s*\(")
 PREDICTION_ANSWER = re.compile(r"""^(?P<left>\s*my_prediction\s*=\s*)(?P<quote>["']).*?(?P=quote)""", re.M)
+#: The markdown cell that ends a prediction: what its result teaches.
+LESSON = "**What this teaches.**"
+QUESTION = "**Predict.**"
+WIDGET = "application/vnd.jupyter.widget-view+json"
+#: What a widget's output shows in the copy until the cell is run (its saved text form says nothing useful).
+WIDGET_HINT = "(run this cell to show the interactive panel)"
+#: The line a student copy puts above the stubs of an exercise cell.
+STUB_IMPORT = "from adapterlab.student import AnswerMissing  # the stubs below raise it until you write your answer"
 #: Where the copies remember what they last wrote, to tell a student's edits from an older build.
 RECORD = ".student-copies.json"
+
+
+class AnswerMissing(NotImplementedError):
+    """What a stubbed exercise raises in a student copy: Jupyter shows it as one line, not a traceback."""
+
+    def _render_traceback_(self) -> list[str]:  # IPython's hook for an exception's own short display
+        hint = str(self).removeprefix("Exercise: write your answer here. ").strip()
+        return [f"The answer is missing: write it in this cell in place of the `raise AnswerMissing(...)` line. {hint}".rstrip()]
 
 
 class SolutionMarkerError(ValueError):
@@ -79,8 +102,9 @@ class UnwritableOutput(StudentCopyError):
     """An output folder that cannot be created or written to."""
 
 
-def stub_solutions(source: str, where: str = "cell") -> str:
-    """`source` with each solution region replaced by its hints and a `raise NotImplementedError`.
+def stub_solutions(source: str, where: str = "cell", error: str = "NotImplementedError") -> str:
+    """`source` with each solution region replaced by its hints and a `raise NotImplementedError`
+    (or `raise <error>(...)`, for an exception class the cell imports).
 
     The stub takes the indentation of the BEGIN marker, so a region inside a function body
     stays inside it. `where` names the cell in error messages.
@@ -100,7 +124,7 @@ def stub_solutions(source: str, where: str = "cell") -> str:
             indent, hints = region
             kept += [f"{indent}# HINT: {hint}" for hint in hints]
             hint = " ".join(hints or _hints_above(kept)) or GENERIC_HINT
-            kept.append(f"{indent}raise NotImplementedError({f'Exercise: write your answer here. Hint: {hint}'!r})")
+            kept.append(f"{indent}raise {error}({f'Exercise: write your answer here. Hint: {hint}'!r})")
             region = None
         elif region is not None:
             match = HINT.match(line)
@@ -168,20 +192,65 @@ def _tags(cell) -> list[str]:
     return cell.metadata.get("tags", [])
 
 
+def is_notes(cell) -> bool:
+    """A speaker-notes cell (slide type `notes`): for the instructor's deck only."""
+    return cell.metadata.get("slideshow", {}).get("slide_type") == "notes"
+
+
+def is_question(cell) -> bool:
+    """The markdown cell that asks a prediction."""
+    return cell.cell_type == "markdown" and ("prediction" in _tags(cell) or cell.source.lstrip().startswith(QUESTION))
+
+
+def before_reveal(cells) -> set[int]:
+    """Indexes of the code cells between each prediction's question and its lesson ("**What this teaches.**"):
+    their outputs are the answer. Without a lesson cell the span ends at the next markdown cell after the
+    student's answer cell."""
+    hidden: set[int] = set()
+    for start, cell in enumerate(cells):
+        if not is_question(cell):
+            continue
+        rest = cells[start + 1:]
+        lesson = next((k for k, later in enumerate(rest) if later.cell_type == "markdown"
+                       and later.source.lstrip().startswith(LESSON)), None)
+        if lesson is None or any(is_question(later) for later in rest[:lesson]):
+            lesson = next((k for k, later in enumerate(rest) if k > 1 and later.cell_type == "markdown"), len(rest))
+        hidden |= {start + 1 + k for k in range(lesson) if rest[k].cell_type == "code"}
+    return hidden
+
+
+def _quiet_widgets(cell) -> None:
+    """A widget output without its live model shows only its text form (`VBox(children=…`): a hint instead."""
+    for output in cell.get("outputs", []):
+        data = output.get("data", {})
+        if WIDGET in data and re.match(r"^\w+\(children=", "".join(data.get("text/plain", ""))):
+            data["text/plain"] = WIDGET_HINT
+
+
+def _stub_cell(source: str, where: str) -> str:
+    """An exercise cell's student version: AnswerMissing imported at the top, a stub in each solution."""
+    return f"{STUB_IMPORT}\n{stub_solutions(source, where=where, error='AnswerMissing')}"
+
+
 def student_notebook(nb, name: str = "notebook"):
-    """The student version of `nb` (changed in place and returned): stubs in, give-away outputs out."""
+    """The student version of `nb` (changed in place and returned): stubs in, give-away outputs and
+    speaker notes out."""
+    hidden = before_reveal(nb.cells)
     for index, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
             continue
-        stubbed = stub_solutions(cell.source, where=f"{name}, cell {index}")  # also rejects a stray END
+        where = f"{name}, cell {index}"
+        stub_solutions(cell.source, where=where)  # rejects a stray END in any cell
         exercise, prediction = is_exercise(cell), "prediction" in _tags(cell)
         if exercise:
-            cell.source = stubbed
+            cell.source = _stub_cell(cell.source, where)
         if prediction:
             cell.source = PREDICTION_ANSWER.sub(r'\g<left>""', cell.source)
-        if exercise or prediction or "answer" in _tags(cell) or calls_check(cell.source):
+        if exercise or prediction or index in hidden or "answer" in _tags(cell) or calls_check(cell.source):
             cell.outputs = []
             cell.execution_count = None
+        _quiet_widgets(cell)
+    nb.cells = [cell for cell in nb.cells if not is_notes(cell)]
     return nb
 
 
@@ -308,9 +377,24 @@ def _kept_name(copy: Path) -> Path:
 def _stage(out_dir: Path, name: str, text: str) -> Path:
     """Write `text` to a hidden temporary file in `out_dir`, to be renamed into place once all are written."""
     handle, temporary = tempfile.mkstemp(dir=out_dir, prefix=f".{name}.", suffix=".tmp")
-    with os.fdopen(handle, "w", encoding="utf-8", newline="") as file:
-        file.write(text)
+    try:
+        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes it private (0600); a copy is an ordinary file
+        with os.fdopen(handle, "w", encoding="utf-8", newline="") as file:
+            handle = None
+            file.write(text)
+    except BaseException:
+        if handle is not None:
+            os.close(handle)
+        Path(temporary).unlink(missing_ok=True)  # a full disk must not leave a hidden .tmp behind
+        raise
     return Path(temporary)
+
+
+def _umask() -> int:
+    """The process's umask (reading it means setting it, so it is put back at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _write_copies(texts: dict[str, str], out_dir: Path) -> list[StudentCopy]:

@@ -1,0 +1,175 @@
+"""Student copies of labs 6 and 10, opened in a real JupyterLab in headless Chromium, show no answer before
+its prediction: under each prediction's question every code cell up to its "What this teaches" cell shows
+no output, no speaker notes appear, and no check's ✔ line or "Answer (" is on the page.
+
+The copies are written by `make_student_copies` into a temporary folder that JupyterLab serves (127.0.0.1,
+a random port, a token); no cell is run. A screenshot of each lab's first prediction lands in
+build/screenshots/. Skipped, with the reason, where Chromium or Playwright is missing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from adapterlab.labfiles import LABS_DIR
+from adapterlab.student import make_student_copies
+
+CHROMIUM = Path("/usr/bin/chromium")
+REPO = Path(__file__).resolve().parents[2]
+SHOTS = REPO / "build" / "screenshots"
+LABS = ("06_*.ipynb", "10_*.ipynb")
+START_TIMEOUT_S = 120
+
+
+def _why_skip() -> str | None:
+    if not CHROMIUM.exists():
+        return f"Chromium is not installed at {CHROMIUM} (Debian: apt-get install chromium)"
+    if importlib.util.find_spec("playwright") is None:
+        return "the playwright package is not installed (pip install playwright; no browser download needed)"
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def copies(tmp_path_factory) -> Path:
+    """The student copies of labs 6 and 10, in a folder of their own."""
+    labs = [str(path) for pattern in LABS for path in sorted(LABS_DIR.glob(pattern))]
+    if len(labs) != len(LABS):
+        pytest.skip(f"labs {LABS} are not all there")
+    out = tmp_path_factory.mktemp("student-copies")
+    make_student_copies(labs, out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def student_lab_server(copies, tmp_path_factory):
+    """(url, token) of a JupyterLab serving the student copies; stopped at the end."""
+    reason = _why_skip()
+    if reason:
+        pytest.skip(reason)
+    home = tmp_path_factory.mktemp("jupyter-home")
+    port, token = _free_port(), os.urandom(16).hex()
+    env = {**os.environ, "ADAPTERLAB_PROFILE": "ci", "JUPYTER_CONFIG_DIR": str(home / "config"),
+           "JUPYTER_RUNTIME_DIR": str(home / "runtime"), "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"),
+           "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces")}
+    settings = {"apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},
+                "notebook-extension/tracker": {"windowingMode": "none"}}  # every cell in the page
+    for name, values in settings.items():
+        path = home / "settings" / "@jupyterlab" / f"{name}.jupyterlab-settings"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(values))
+    log_path = home / "jupyterlab.log"
+    log = open(log_path, "wb")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
+         f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
+         f"--ServerApp.root_dir={copies}", "--ServerApp.allow_root=True", "--LabApp.news_url=None",
+         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate", "--LabApp.extension_manager=readonly"],
+        env=env, stdout=log, stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            if server.poll() is not None:
+                raise RuntimeError(f"jupyter lab exited with {server.returncode}:\n{log_path.read_text()}")
+            try:
+                with urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2) as response:
+                    json.load(response)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"jupyter lab did not answer on {url} within {START_TIMEOUT_S} s")
+                time.sleep(0.5)
+        yield url, token
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def student_browser(student_lab_server, tmp_path_factory):
+    """A headless Chromium with a fresh profile."""
+    from playwright.sync_api import sync_playwright
+
+    profile = tmp_path_factory.mktemp("chromium-student-profile")
+    with sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            profile, executable_path=str(CHROMIUM), headless=True, viewport={"width": 1280, "height": 900},
+            args=["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync"],
+        )
+        yield context
+        context.close()
+    shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.fixture
+def student_page(student_browser):
+    page = student_browser.new_page()
+    page.set_default_timeout(90_000)
+    yield page
+    page.close()
+
+
+def predictions(nb) -> list[tuple[int, int]]:
+    """(question, lesson) cell indexes of every prediction in a notebook."""
+    pairs = []
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type == "markdown" and cell.source.startswith("**Predict.**"):
+            lesson = next(k for k in range(index + 1, len(nb.cells)) if nb.cells[k].cell_type == "markdown"
+                          and nb.cells[k].source.startswith("**What this teaches.**"))
+            pairs.append((index, lesson))
+    return pairs
+
+
+@pytest.mark.parametrize("pattern", LABS)
+def test_a_student_copy_in_jupyterlab_shows_no_answer_before_its_prediction(pattern, copies, student_lab_server,
+                                                                           student_page):
+    [path] = sorted(copies.glob(pattern))
+    nb = nbformat.read(path, as_version=4)
+    pairs = predictions(nb)
+    assert pairs, f"{path.name} asks no prediction"
+    url, token = student_lab_server
+    page = student_page
+    page.goto(f"{url}/lab/tree/{path.name}?reset&token={token}")  # reset: only this notebook open
+    notebook = ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook"
+    cells = page.locator(f"{notebook} .jp-Cell")
+    page.wait_for_function(f"() => document.querySelectorAll('{notebook} .jp-Cell').length === {len(nb.cells)}")
+    page.wait_for_function(f"() => document.querySelectorAll('{notebook} .jp-OutputArea-output').length > 0")
+
+    for question, lesson in pairs:
+        shown = {k: cells.nth(k).locator(".jp-OutputArea-output").count() for k in range(question + 1, lesson)}
+        assert not any(shown.values()), f"{path.name}: outputs under the prediction at cell {question}: {shown}"
+    text = page.locator(notebook).inner_text()
+    assert "Answer (" not in text and "✔" not in text
+    assert "Error displaying widget" not in text and "Panel(children=" not in text and "VBox(children=" not in text
+
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    question, lesson = pairs[0]
+    cells.nth(question).scroll_into_view_if_needed()
+    page.evaluate("element => element.scrollIntoView({block: 'start'})", cells.nth(question).element_handle())
+    page.wait_for_timeout(500)
+    page.screenshot(path=SHOTS / f"student-{path.stem}-prediction.png")
