@@ -440,7 +440,8 @@ def _label_continuations(cells):
         results = any(c.cell_type == "code" and c.get("outputs") for c in body)
         if group["heading"] and ((group["continued"] and not any(_HEADING.search(c.source) for c in says))
                                  or (results and not says)):
-            label = _markdown_cell(f"### {group['heading'].rstrip('.:')} (continued)", "subslide")
+            starts = slide_type(body[0]) if slide_type(body[0]) in ("slide", "subslide") else "subslide"
+            label = _markdown_cell(f"### {group['heading'].rstrip('.:')} (continued)", starts)
             set_slide_type(body[0], "-")
             body = [label] + body
         if not any(slide_type(c) == "notes" for c in body):
