@@ -554,11 +554,16 @@ def reflow_code(source: str, width: int = CODE_WIDTH) -> str:
     lines = source.splitlines()
     if all(len(line) <= width for line in lines):
         return source
-    source = "\n".join(_parenthesised_import(line) if len(line) > width else line for line in lines)
-    source = _wrapped_docstrings(source, width)
-    lines = source.splitlines()
     try:
         tree = _program(source)
+    except (SyntaxError, ValueError):
+        return source  # IPython magics and the like: shown as written
+    source = "\n".join(_parenthesised_import(line) if len(line) > width else line for line in lines)
+    wrapped = _wrapped_docstrings(source, width)
+    if _program(wrapped) == tree:  # else a long string that is not a docstring: left as it is
+        source = wrapped
+    lines = source.splitlines()
+    try:
         tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
     except (SyntaxError, tokenize.TokenError, IndentationError, ValueError):
         return source  # IPython magics and the like: shown as written
