@@ -289,9 +289,23 @@ def _fit_to_slides(cells):
         if kind in ("slide", "subslide"):
             used = 0
         pieces = _split_outputs(cell) if cell.cell_type == "code" else [cell]
-        for piece in pieces:
+        while pieces:
+            piece = pieces.pop(0)
             height = cell_height(piece)
             keep = piece.metadata.get("deck_keep_with_previous")
+            if keep and used + height > SLIDE_BUDGET_PX and piece.cell_type == "code" and piece.get("outputs") \
+                    and piece.source and not piece.metadata.get("transient", {}).get("remove_source"):
+                # a reveal that does not fit under its prediction: its code there, its outputs on a subslide
+                rest = copy.deepcopy(piece)
+                piece.outputs = []
+                if "id" in rest:
+                    rest["id"] = f"{piece['id']}-out"[:64]
+                rest.metadata.setdefault("transient", {})["remove_source"] = True
+                rest.metadata.pop("deck_keep_with_previous", None)
+                set_slide_type(rest, "subslide")
+                rest.metadata["deck_continued"] = True
+                pieces.insert(0, rest)
+                height = cell_height(piece)
             if used and used + height > SLIDE_BUDGET_PX and slide_type(piece) in ("-", "fragment") and not keep:
                 set_slide_type(piece, "subslide")
                 piece.metadata["deck_continued"] = True
@@ -302,7 +316,8 @@ def _fit_to_slides(cells):
 
 
 _MATH = re.compile(r"\$\$.+?\$\$|\$[^$\n]+\$", re.S)
-_SENTENCE_END = re.compile(r"(?<=[.?!:;])\s+(?=[A-Z(*\"'])")
+# the end of a sentence or clause: . ? ! : before a capital (after a closing ** or bracket), or any ;
+_SENTENCE_END = re.compile(r"[.?!:](?:\*\*|[\"')\]])?(?=\s+[A-Z(*\"'\[])|;(?=\s)")
 
 
 def prose_words(markdown: str) -> int:
@@ -342,36 +357,75 @@ def _sentences(paragraph: str) -> list[str]:
         return f"\x00{len(hidden) - 1}\x00"
 
     text = _MATH.sub(hide, paragraph)
-    pieces = _SENTENCE_END.split(text)
+    pieces, start = [], 0
+    for match in _SENTENCE_END.finditer(text):
+        before = text[: match.start()]
+        if before.count("(") > before.count(")"):
+            continue  # inside brackets: the same sentence
+        pieces.append(text[start:match.end()].strip())
+        start = match.end()
+    pieces = [piece for piece in pieces + [text[start:].strip()] if piece]
     for key, value in hidden.items():
         pieces = [piece.replace(key, value) for piece in pieces]
     return pieces
 
 
-def _split_prose(markdown: str, budget: int, prediction: bool) -> tuple[str, str]:
-    """(what the slide shows, what moves to its notes) for a markdown cell with more than `budget` words.
-    Headings, lists and formulas stay whole; a long paragraph is cut between sentences. A prediction keeps
+_LIST_ITEM = re.compile(r"[*+-] |\d+\. ")
+
+
+def _split_prose(markdown: str, budget: int, prediction: bool) -> tuple[str, str, str]:
+    """(what the slide shows, what moves to its notes, what moves to the next slide) for a markdown cell
+    with more than `budget` words. Headings and formulas stay whole; a long paragraph is cut between
+    sentences, the rest going to the notes; a list is cut between items, the rest (and what follows it)
+    going to the next slide. A prediction keeps
     its question and its choices: the sentences that lead up to the question move to the notes."""
     blocks = _blocks(markdown)
     if prediction:
         first = next((i for i, block in enumerate(blocks) if not block.startswith("#")), None)
         if first is None:
-            return markdown, ""
+            return markdown, "", ""
         sentences = _sentences(blocks[first])
         if len(sentences) < 2:
-            return markdown, ""
+            return markdown, "", ""
         lead = sentences[0].split("**", 2)[1] if sentences[0].startswith("**") and sentences[0].count("**") >= 2 else ""
         kept = ([f"**{lead}**"] if lead else []) + [sentences[-1]]
         moved = " ".join(sentences[:-1])
         if lead:
             moved = moved.replace(f"**{lead}**", "", 1).strip()
-        return "\n\n".join(blocks[:first] + [" ".join(kept)] + blocks[first + 1 :]), moved
+        return "\n\n".join(blocks[:first] + [" ".join(kept)] + blocks[first + 1 :]), moved, ""
     shown, moved, used = [], [], 0
     for block in blocks:
         words = prose_words(block)
-        if moved or (used + words > budget and used and not block.startswith("#")):
+        if moved:
             moved.append(block)
-        elif used + words > budget and not block.startswith("#"):
+        elif used + words <= budget or block.startswith("#"):
+            shown.append(block)
+            used += words
+        elif _LIST_ITEM.match(block):  # the items that fit; the others, and what follows, on the next slide
+            items, kept = re.split(r"\n(?=[*+-] |\d+\. )", block), []
+            for item in items:
+                if used + prose_words(item) > budget and (kept or used):
+                    break
+                if used + prose_words(item) > budget:  # one item longer than a slide: its first sentences
+                    sentences, first = _sentences(item), []
+                    for sentence in sentences:
+                        if first and used + prose_words(sentence) > budget:
+                            break
+                        first.append(sentence)
+                        used += prose_words(sentence)
+                    item, tail = " ".join(first), " ".join(sentences[len(first):])
+                    if tail:
+                        moved.append(tail)
+                else:
+                    used += prose_words(item)
+                kept.append(item)
+            if kept:
+                shown.append("\n".join(kept))
+            later = ["\n".join(items[len(kept):])] if items[len(kept):] else []
+            return "\n\n".join(shown), "\n\n".join(moved), "\n\n".join(later + blocks[blocks.index(block) + 1 :])
+        elif used:
+            moved.append(block)
+        else:  # one long paragraph: the sentences that fit
             sentences, kept = _sentences(block), []
             for sentence in sentences:
                 if kept and used + prose_words(sentence) > budget:
@@ -382,32 +436,40 @@ def _split_prose(markdown: str, budget: int, prediction: bool) -> tuple[str, str
             rest = " ".join(sentences[len(kept):])
             if rest:
                 moved.append(rest)
-        else:
-            shown.append(block)
-            used += words
-    return "\n\n".join(shown), "\n\n".join(moved)
+    return "\n\n".join(shown), "\n\n".join(moved), ""
 
 
 def _within_words(cells):
     """Keep a slide's prose within PROSE_WORDS: a markdown cell that would pass it starts a slide of its
-    own, and a cell longer than that shows its first part, the rest going to the slide's speaker notes."""
-    shown, used = [], 0
-    for cell in cells:
+    own, and a cell longer than that shows its first part, the rest going to the slide's speaker notes
+    (a paragraph's tail) or to the next slide (a list's later items and what follows them)."""
+    shown, used, started = [], 0, False  # started: the slide already shows something
+    queue = list(cells)
+    while queue:
+        cell = queue.pop(0)
         kind = slide_type(cell)
         if kind in ("slide", "subslide"):
-            used = 0
+            used, started = 0, False
         if cell.cell_type != "markdown" or kind == "notes":
             shown.append(cell)
+            started = started or kind != "notes"
             continue
         words = prose_words(cell.source)
-        if used and used + words > PROSE_WORDS and not cell.metadata.get("deck_keep_with_previous"):
+        crowded = used + words > PROSE_WORDS and (used or (words > PROSE_WORDS and started))
+        started = True
+        if crowded and kind not in ("slide", "subslide") and not cell.metadata.get("deck_keep_with_previous"):
             set_slide_type(cell, "subslide")
+            cell.metadata["deck_continued"] = True  # the same slide, continued: same heading, same notes
             used = 0
         shown.append(cell)
         if words > PROSE_WORDS:
-            cell.source, moved = _split_prose(cell.source, PROSE_WORDS, PREDICTION_TAG in tags(cell))
+            cell.source, moved, later = _split_prose(cell.source, PROSE_WORDS, PREDICTION_TAG in tags(cell))
             if moved:
                 shown.append(_markdown_cell(moved, "notes"))
+            if later:
+                following = _markdown_cell(later, "subslide")
+                following.metadata["deck_continued"] = True
+                queue.insert(0, following)
             words = prose_words(cell.source)
         used += words
     return shown
@@ -509,9 +571,9 @@ def _with_text(output, text: str):
 
 
 def deck_title(nb, title: str | None, notices: list[str]) -> dict:
-    """What the title slide shows: the lab's title, its objectives (notebook metadata
-    ``adapterlab.objectives``), one line on the backbone and data behind the numbers, and the
-    stand-in notice, once."""
+    """What the title slides show: the lab's title and its objectives (notebook metadata
+    ``adapterlab.objectives``); then one line on the backbone and data behind the numbers and the
+    stand-in notice, once (its first sentence on the slide, all of it in the notes)."""
     backbones, data, sources = [], [], []
     for cell in nb.cells:
         for output in cell.get("outputs", []) if cell.cell_type == "code" else []:
@@ -520,7 +582,7 @@ def deck_title(nb, title: str | None, notices: list[str]) -> dict:
                 if backbone.strip() not in backbones:
                     backbones.append(backbone.strip())
             for name, source in _DATA_LINE.findall(text):
-                source = "GLUE" if source.startswith("GLUE") else source.strip()
+                source = "GLUE" if re.match(r"(the )?GLUE\b", source) else source.strip()
                 if name not in data:
                     data.append(name)
                 if source not in sources:
@@ -534,7 +596,9 @@ def deck_title(nb, title: str | None, notices: list[str]) -> dict:
     notice = relative_paths(" ".join(dict.fromkeys(" ".join(text.split()) for text in notices)))
     metadata = nb.metadata.get("adapterlab", {})
     objectives = [str(item) for item in metadata.get("objectives", [])] if isinstance(metadata, dict) else []
-    return {"title": title or nb.metadata.get("title", ""), "objectives": objectives, "provenance": provenance, "notice": notice}
+    shown = _sentences(notice)[0] if notice else ""  # the slide shows its first sentence, the notes all of it
+    return {"title": title or nb.metadata.get("title", ""), "objectives": objectives, "provenance": provenance,
+            "notice": notice, "notice_shown": shown}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -806,15 +870,18 @@ def text_tables_as_html(text: str) -> str | None:
             continue
         flush()
         rows_seen = True
-        head, *body = rows
-        numeric = [all(_NUMBER_CELL.match(row[c]) or row[c] in ("", "—", "-") for row in body) for c in range(len(head))]
+        digits = [[bool(re.search(r"\d", value)) for value in row] for row in rows]
+        headed = digits[0] != digits[1]  # a header row looks unlike the rows under it
+        head, body = (rows[0], rows[1:]) if headed else (None, rows)
+        columns = len(rows[0])
+        numeric = [all(_NUMBER_CELL.match(row[c]) or row[c] in ("", "—", "-") for row in body) for c in range(columns)]
 
         def cell(tag, value, c):
             css = ' class="deck-number"' if numeric[c] and tag == "td" else ""
             return f"<{tag}{css}>{html.escape(value)}</{tag}>"
 
-        parts.append('<table class="deck-table"><thead><tr>' + "".join(cell("th", v, c) for c, v in enumerate(head))
-                     + "</tr></thead><tbody>" + "".join("<tr>" + "".join(cell("td", v, c) for c, v in enumerate(row))
+        header = ("<thead><tr>" + "".join(cell("th", v, c) for c, v in enumerate(head)) + "</tr></thead>") if head else ""
+        parts.append('<table class="deck-table">' + header + "<tbody>" + "".join("<tr>" + "".join(cell("td", v, c) for c, v in enumerate(row))
                                                         + "</tr>" for row in body) + "</tbody></table>")
         i = end
     flush()
@@ -838,9 +905,13 @@ def legible_figure(figure: dict, size: int = FIGURE_FONT_PX) -> dict:
 
     walk(figure)
     layout = figure.setdefault("layout", {})
-    for name, axis in layout.items():  # a log axis labels its decades only: the labels between are drawn smaller
-        if re.fullmatch(r"[xy]axis\d*", name) and isinstance(axis, dict) and axis.get("type") == "log" and "dtick" not in axis:
-            axis["dtick"] = 1
+    for name, axis in layout.items():
+        if not (re.fullmatch(r"[xy]axis\d*", name) and isinstance(axis, dict)):
+            continue
+        if axis.get("type") == "log":
+            axis.setdefault("dtick", 1)  # decades only: plotly draws the labels between them smaller
+        if axis.get("exponentformat", "power") == "power":
+            axis["exponentformat"] = "e"  # 1e-08, as the labs write σ: a superscript exponent is 70 % of the font
     font = layout.setdefault("font", {})
     font["size"] = max(font.get("size") or 0, size)
     return figure

@@ -116,18 +116,27 @@ def test_stderr_leaves_the_slides_and_the_notice_is_on_the_title_slide_once(tmp_
         cell("code", "load()", "slide", [stream(notice + "\n", "stderr"), stream("Backbone: tiny (stand-in)\n")]),
         cell("code", "load()", "slide", [stream(notice + "\n", "stderr"), stream("SST-2 dev: 32 of 872 rows [a 1 / b 2] from GLUE folder /x/glue/SST-2/dev.tsv\n")]),
     ])
-    title = deck.slides[0]
+    title, source = deck.slides[0], deck.slides[1]
     assert title["title"] and "Lab 42 — A small lab" in title["text"]
-    assert title["text"].count(notice) == 1 and deck.text.count(notice) == 1
-    assert "backbone tiny (stand-in)" in title["text"] and "SST-2 dev" in title["text"] and "GLUE" in title["text"]
+    assert source["text"].count(notice) == 1 and deck.text.count(notice) == 1, "the notice once, after the title"
+    assert "backbone tiny (stand-in)" in source["text"] and "SST-2 dev" in source["text"] and "GLUE" in source["text"]
     assert "Lab 42" not in "".join(slide["text"] for slide in deck.slides[1:]), "the title is shown once, on the title slide"
+
+
+def test_a_long_notice_shows_its_first_sentence_and_the_notes_hold_all_of_it(tmp_path):
+    notice = ("NOTICE: bert-base-uncased is not in the cache, so the stand-in was loaded instead. "
+              "Every number that follows comes from the stand-in. Connect once to use bert-base-uncased.")
+    deck = export(tmp_path, [cell("code", "load()", "slide", [stream(notice + "\n", "stderr"), stream("Backbone: tiny\n")])])
+    source = deck.slides[1]
+    assert "the stand-in was loaded instead." in source["text"] and "Connect once" not in source["text"]
+    assert " ".join(notice.split()) in " ".join(source["notes"].split())
 
 
 def test_a_skipped_loading_cell_still_names_backbone_and_data_on_the_title_slide(tmp_path):
     loading = cell("code", "load()", "slide", [stream("Backbone: tiny (stand-in)\nSST-2 dev: 32 of 872 rows [a 1 / b 2] "
                                                    "from the GLUE folder (SST-2/dev.tsv)\n")], tags=["deck-skip"])
     deck = export(tmp_path, [loading, cell("md", "## Next", "slide")])
-    title = deck.slides[0]["text"]
+    title = deck.slides[1]["text"]
     assert "backbone tiny (stand-in)" in title and "SST-2 dev" in title
     assert "load()" not in deck.text
 
@@ -138,7 +147,7 @@ def test_title_slide_lists_the_objectives_or_none(tmp_path):
     assert all(goal in with_goals.slides[0]["text"] for goal in goals)
     without = export(tmp_path / "b", [])
     assert "After this lab" not in without.slides[0]["text"]
-    assert "No pretrained backbone or data set" in without.slides[0]["text"]
+    assert "No pretrained backbone or data set" in without.slides[1]["text"]
 
 
 def test_deck_skip_leaves_a_cell_out_and_keeps_its_slide_start(tmp_path):

@@ -123,8 +123,8 @@ LEGIBLE = """([minText, minCode, minFigure, minColumn, maxWords, otherSlides]) =
     // figures: every text of a plotly figure, in the figure's own scale
     for (const svg of all('svg.main-svg')) {
         const ratio = svg.getBoundingClientRect().width / (svg.width.baseVal.value || 1);
-        for (const label of svg.querySelectorAll('text')) {
-            const size = parseFloat(label.style.fontSize || getComputedStyle(label).fontSize) * ratio;
+        for (const label of svg.querySelectorAll('text, tspan')) {  // a tspan: an exponent, a subscript
+            const size = parseFloat(getComputedStyle(label).fontSize) * ratio;
             if (label.textContent.trim() && label.getClientRects().length && size < minFigure * factor - 0.25) {
                 problems.push(`figure text ${short(label)} is ${size.toFixed(1)} px, below ${(minFigure * factor).toFixed(1)}`);
                 break;
@@ -152,10 +152,10 @@ LEGIBLE = """([minText, minCode, minFigure, minColumn, maxWords, otherSlides]) =
     }
     // words of prose
     let words = 0;
-    for (const box of all('.jp-RenderedMarkdown, .deck-title')) {
+    for (const box of [...all('.jp-RenderedMarkdown'), ...(slide.matches('.deck-title') ? [slide] : [])]) {
         const texts = document.createTreeWalker(box, NodeFilter.SHOW_TEXT);
         for (let node = texts.nextNode(); node; node = texts.nextNode()) {
-            if (node.parentElement.closest('h1, h2, h3, h4, h5, h6, pre, table, ' + math)) continue;
+            if (node.parentElement.closest('h1, h2, h3, h4, h5, h6, pre, table, aside.notes, ' + math)) continue;
             words += (node.textContent.match(/\\S*[\\w\\u00C0-\\uFFFF]\\S*/g) || []).length;
         }
     }
