@@ -383,3 +383,46 @@ def test_pdf_has_one_page_per_slide(chromium_executable, tmp_path, monkeypatch):
     pdf = tmp_path / f"{lab}.pdf"
     assert slides > 3 and pdf.read_bytes().startswith(b"%PDF")
     assert page_count(pdf) == slides
+
+
+# The print view (what `adapterlab slides --pdf` prints, one page a slide): per page, the problems.
+PRINTED = """async () => {
+    await new Promise(done => window.MathJax ? MathJax.Hub.Queue(done) : done());
+    if (window.fitAll) await fitAll();
+    await new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)));
+    const problems = [];
+    [...document.querySelectorAll('.pdf-page')].forEach((pageBox, index) => {
+        const page = pageBox.getBoundingClientRect(), where = `page ${index + 1}`;
+        for (const bar of pageBox.querySelectorAll('.modebar, .modebar-container'))
+            if (bar.getClientRects().length && getComputedStyle(bar).display !== 'none' && getComputedStyle(bar).visibility !== 'hidden')
+                { problems.push(`${where}: the plotly toolbar is printed`); break; }
+        const content = pageBox.querySelector('.deck-fit');
+        for (const figure of pageBox.querySelectorAll('.js-plotly-plot')) {
+            const width = figure.getBoundingClientRect().width, room = content.getBoundingClientRect().width;
+            if (width < 0.9 * room) problems.push(`${where}: a figure is ${Math.round(100 * width / room)} % of the page's width`);
+        }
+        for (const el of pageBox.querySelectorAll('.deck-fit *')) {
+            if (el.closest('aside.notes') || el.ownerSVGElement) continue;
+            const inner = el.parentElement && el.parentElement.closest('.MathJax, .MathJax_Display, .plotly-graph-div');
+            if (inner) continue;
+            const r = el.getBoundingClientRect();
+            if (!r.width && !r.height) continue;
+            if (r.right > page.right + 1 || r.bottom > page.bottom + 1)
+                { problems.push(`${where}: "${(el.textContent || '').trim().slice(0, 40)}" is cut at the page's edge`); break; }
+            if (el.scrollWidth > el.clientWidth + 1 && el.clientWidth > 0 && ['auto', 'scroll', 'hidden'].includes(getComputedStyle(el).overflowX))
+                { problems.push(`${where}: "${(el.textContent || '').trim().slice(0, 40)}" has a scroll bar (cut)`); break; }
+        }
+    });
+    return {pages: document.querySelectorAll('.pdf-page').length, problems};
+}"""
+
+
+@pytest.mark.parametrize("lab", all_labs(), ids=lambda lab: lab.stem)
+def test_the_printed_deck_has_full_width_figures_no_toolbar_and_nothing_cut(lab, page, decks):
+    """The PDF is Chromium printing reveal.js's print view: checked here in that view, page by page."""
+    page.set_viewport_size({"width": 1280, "height": 720})
+    page.goto(decks[lab.stem].as_uri() + "?print-pdf")
+    page.wait_for_function("() => window.Reveal && Reveal.isReady()", timeout=30_000)
+    printed = page.evaluate(PRINTED)
+    assert printed["pages"] == page.evaluate("Reveal.getTotalSlides()"), "one page a slide"
+    assert not printed["problems"], f"{lab.stem}, printed:\n" + "\n".join(printed["problems"])
