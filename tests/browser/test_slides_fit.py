@@ -426,3 +426,61 @@ def test_the_printed_deck_has_full_width_figures_no_toolbar_and_nothing_cut(lab,
     printed = page.evaluate(PRINTED)
     assert printed["pages"] == page.evaluate("Reveal.getTotalSlides()"), "one page a slide"
     assert not printed["problems"], f"{lab.stem}, printed:\n" + "\n".join(printed["problems"])
+
+
+# What the legibility measure must catch: the problems the decks had, put back with a style sheet.
+OLD_LOOK = """
+.reveal h2 { text-transform: uppercase !important; }
+.reveal .jp-Cell pre, .reveal .jp-RenderedText pre { white-space: pre-wrap !important; word-break: break-all !important;
+                                                      font-size: 15px !important; }
+.reveal .jp-RenderedMarkdown p { font-size: 17px !important; }
+.reveal .jp-Cell { max-width: 800px !important; }
+"""
+
+
+@pytest.fixture(scope="module")
+def problem_deck(tmp_path_factory):
+    """A deck whose one result slide has a long code line, a number near a line's end, too many words and
+    no notes."""
+    from adapterlab.slides import export_slides
+
+    folder = tmp_path_factory.mktemp("problems")
+    nb = nbformat.v4.new_notebook()
+    words = " ".join(f"Then word{i} and word{i + 1} follow." for i in range(0, 90, 5))
+    code = nbformat.v4.new_code_cell("value = " + repr("x" * 80))  # no place to break it: it stays 88 characters
+    code.outputs = [nbformat.v4.new_output("stream", name="stdout", text="errors: " + ",".join(["8.6e-05"] * 11) + "\n")]
+    nb.cells = [nbformat.v4.new_markdown_cell("# Problems", metadata={"slideshow": {"slide_type": "slide"}}),
+                nbformat.v4.new_markdown_cell(f"## The step d and σ\n\n{words}", metadata={"slideshow": {"slide_type": "slide"}}),
+                code]
+    nbformat.write(nb, folder / "97_problems.ipynb")
+    [deck] = export_slides([str(folder / "97_problems.ipynb")], folder / "out")
+    return deck
+
+
+def test_the_legibility_measure_reports_each_problem(page, problem_deck):
+    """As built, the deck has no problem; with the old look put back (a style sheet, a wall of text, notes
+    taken away), every kind of problem LEGIBLE looks for is reported."""
+    page.set_viewport_size({"width": 1280, "height": 720})
+    open_deck(page, problem_deck)
+    limits = [MIN_TEXT_PX, MIN_CODE_PX, MIN_FIGURE_TEXT_PX, MIN_COLUMN_PX, MAX_WORDS, OTHER_SLIDES]
+    slides = page.evaluate("Reveal.getSlides().map(slide => Reveal.getIndices(slide)).map(i => [i.h, i.v || 0])")
+
+    def problems() -> list[str]:
+        found = []
+        for indices in slides:
+            page.evaluate(SHOW, indices)
+            found += page.evaluate(LEGIBLE, limits)
+        return found
+
+    assert problems() == []
+    page.add_style_tag(content=OLD_LOOK)
+    page.evaluate("""() => {
+        document.querySelectorAll('aside.notes').forEach(notes => notes.remove());
+        const paragraph = document.querySelector('.jp-RenderedMarkdown p');
+        paragraph.textContent += ' and more words'.repeat(30);
+    }""")
+    found = "\n".join(problems())
+    for expected in ("text-transform uppercase", "(it wraps)", "block \"value", "px, below 18.0", "px, below 24.0",
+                     "content column is", "the number \"8.6e-05\" is split", "words of prose (at most",
+                     "and has no speaker notes"):
+        assert expected in found, f"not reported: {expected!r} in\n{found}"
