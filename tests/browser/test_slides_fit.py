@@ -354,7 +354,8 @@ def teaching_deck(tmp_path_factory):
 def test_notes_cells_are_speaker_notes_in_the_browser(page, teaching_deck):
     open_deck(page, teaching_deck)
     notes = page.evaluate("Reveal.getSlides().map(slide => Reveal.getSlideNotes(slide) || '')")
-    assert [i for i, note in enumerate(notes) if "SAY-THIS-ALOUD" in note] == [2], notes
+    # slides: the title, where the numbers come from, "Intro.", then the slide with the notes
+    assert [i for i, note in enumerate(notes) if "SAY-THIS-ALOUD" in note] == [3], notes
     assert page.locator("aside.notes", has_text="SAY-THIS-ALOUD").count() == 1
     assert not page.get_by_text("SAY-THIS-ALOUD").first.is_visible()
 
