@@ -36,6 +36,7 @@ import tokenize
 from nbconvert.preprocessors import Preprocessor
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
+WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
 SKIP_TAG = "deck-skip"
 HIDE_INPUT_TAG = "deck-hide-input"
 PREDICTION_TAG = "prediction"
@@ -193,8 +194,8 @@ def _clean_code_cell(cell) -> None:
         cell.source = reflow_code(cell.source)
     kept = []
     for output in cell.get("outputs", []):
-        if output.get("name") == "stderr":
-            continue
+        if output.get("name") == "stderr" or WIDGET_VIEW_MIME in output.get("data", {}):
+            continue  # the notice is on the title slides; a widget needs a kernel (the deck drops it)
         if "text" in output:
             output["text"] = relative_paths(output["text"])
         data = output.get("data", {})

@@ -160,6 +160,10 @@ LEGIBLE = """([minText, minCode, minFigure, minColumn, maxWords, otherSlides]) =
         }
     }
     if (words > maxWords) problems.push(`${words} words of prose (at most ${maxWords})`);
+    // a slide shows more than a heading (the title slide may show the title alone)
+    const body = [...(wrapper || slide).querySelectorAll('*')].filter(el => shown(el) && !el.closest('h1, h2, h3, h4, h5, h6'));
+    if (!slide.matches('.deck-title:not(.deck-source)') && !body.some(el => el.matches('img, svg, canvas, .MathJax') || [...el.childNodes].some(n => n.nodeType === 3 && n.textContent.trim())))
+        problems.push('shows nothing but a heading');
     // a result (an output or a figure) needs notes about it, and a heading or sentence that says what it is
     const results = all('.jp-OutputArea-output').filter(el => text(el) || el.querySelector('img, svg, canvas'));
     if (results.length) {
@@ -479,9 +483,10 @@ def test_the_legibility_measure_reports_each_problem(page, problem_deck):
         document.querySelectorAll('aside.notes').forEach(notes => notes.remove());
         const paragraph = document.querySelector('.jp-RenderedMarkdown p');
         paragraph.textContent += ' and more words'.repeat(30);
+        document.querySelectorAll('.deck-source p').forEach(line => line.remove());  // a heading alone
     }""")
     found = "\n".join(problems())
     for expected in ("text-transform uppercase", "(it wraps)", "block \"value", "px, below 18.0", "px, below 24.0",
                      "content column is", "the number \"8.6e-05\" is split", "words of prose (at most",
-                     "and has no speaker notes"):
+                     "and has no speaker notes", "shows nothing but a heading"):
         assert expected in found, f"not reported: {expected!r} in\n{found}"
