@@ -405,11 +405,14 @@ PRINTED = """async () => {
         for (const figure of pageBox.querySelectorAll('.js-plotly-plot')) {
             const width = figure.getBoundingClientRect().width, room = content.getBoundingClientRect().width;
             if (width < 0.9 * room) problems.push(`${where}: a figure is ${Math.round(100 * width / room)} % of the page's width`);
+            const drawn = figure.querySelector('svg.main-svg');
+            if (drawn && drawn.getBoundingClientRect().right > figure.getBoundingClientRect().right + 1)
+                problems.push(`${where}: a figure is drawn wider than its place (cut)`);
         }
         for (const el of pageBox.querySelectorAll('.deck-fit *')) {
             if (el.closest('aside.notes') || el.ownerSVGElement) continue;
             const inner = el.parentElement && el.parentElement.closest('.MathJax, .MathJax_Display, .plotly-graph-div');
-            if (inner) continue;
+            if (inner || el.matches('.js-plotly-plot')) continue;  // a figure: its drawing is checked above
             const r = el.getBoundingClientRect();
             if (!r.width && !r.height) continue;
             if (r.right > page.right + 1 || r.bottom > page.bottom + 1)
