@@ -605,8 +605,12 @@ def slides_command(args) -> int:
         raise CommandError(str(error), USAGE) from None
     for deck in decks:
         print(deck)
-    print(f"{len(decks)} slide deck{'s' if len(decks) != 1 else ''} in {Path(args.out)}: open one in a browser, "
-          "no network needed (keep lib/ beside them)")
+    slides = [path for path in decks if path.name.endswith(".slides.html")]
+    pdfs = [path for path in decks if path.suffix == ".pdf"]
+    counted = f"{len(slides)} slide deck{'s' if len(slides) != 1 else ''}"
+    if pdfs:
+        counted += f" and {len(pdfs)} PDF{'s' if len(pdfs) != 1 else ''}"
+    print(f"{counted} in {Path(args.out)}: open a deck in a browser, no network needed (keep lib/ beside them)")
     return OK
 
 

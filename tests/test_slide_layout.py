@@ -116,18 +116,27 @@ def test_stderr_leaves_the_slides_and_the_notice_is_on_the_title_slide_once(tmp_
         cell("code", "load()", "slide", [stream(notice + "\n", "stderr"), stream("Backbone: tiny (stand-in)\n")]),
         cell("code", "load()", "slide", [stream(notice + "\n", "stderr"), stream("SST-2 dev: 32 of 872 rows [a 1 / b 2] from GLUE folder /x/glue/SST-2/dev.tsv\n")]),
     ])
-    title = deck.slides[0]
+    title, source = deck.slides[0], deck.slides[1]
     assert title["title"] and "Lab 42 — A small lab" in title["text"]
-    assert title["text"].count(notice) == 1 and deck.text.count(notice) == 1
-    assert "backbone tiny (stand-in)" in title["text"] and "SST-2 dev" in title["text"] and "GLUE" in title["text"]
+    assert source["text"].count(notice) == 1 and deck.text.count(notice) == 1, "the notice once, after the title"
+    assert "backbone tiny (stand-in)" in source["text"] and "SST-2 dev" in source["text"] and "GLUE" in source["text"]
     assert "Lab 42" not in "".join(slide["text"] for slide in deck.slides[1:]), "the title is shown once, on the title slide"
+
+
+def test_a_long_notice_shows_its_first_sentence_and_the_notes_hold_all_of_it(tmp_path):
+    notice = ("NOTICE: bert-base-uncased is not in the cache, so the stand-in was loaded instead. "
+              "Every number that follows comes from the stand-in. Connect once to use bert-base-uncased.")
+    deck = export(tmp_path, [cell("code", "load()", "slide", [stream(notice + "\n", "stderr"), stream("Backbone: tiny\n")])])
+    source = deck.slides[1]
+    assert "the stand-in was loaded instead." in source["text"] and "Connect once" not in source["text"]
+    assert " ".join(notice.split()) in " ".join(source["notes"].split())
 
 
 def test_a_skipped_loading_cell_still_names_backbone_and_data_on_the_title_slide(tmp_path):
     loading = cell("code", "load()", "slide", [stream("Backbone: tiny (stand-in)\nSST-2 dev: 32 of 872 rows [a 1 / b 2] "
                                                    "from the GLUE folder (SST-2/dev.tsv)\n")], tags=["deck-skip"])
     deck = export(tmp_path, [loading, cell("md", "## Next", "slide")])
-    title = deck.slides[0]["text"]
+    title = deck.slides[1]["text"]
     assert "backbone tiny (stand-in)" in title and "SST-2 dev" in title
     assert "load()" not in deck.text
 
@@ -138,7 +147,7 @@ def test_title_slide_lists_the_objectives_or_none(tmp_path):
     assert all(goal in with_goals.slides[0]["text"] for goal in goals)
     without = export(tmp_path / "b", [])
     assert "After this lab" not in without.slides[0]["text"]
-    assert "No pretrained backbone or data set" in without.slides[0]["text"]
+    assert "No pretrained backbone or data set" in without.slides[1]["text"]
 
 
 def test_deck_skip_leaves_a_cell_out_and_keeps_its_slide_start(tmp_path):
@@ -241,3 +250,99 @@ def test_no_deck_shows_an_absolute_path(tmp_path):
         text = Deck(deck.read_text(encoding="utf-8"))
         shown = text.text + "".join(slide["notes"] for slide in text.slides)
         assert not ABSOLUTE_PATH.findall(shown), f"{deck.name} shows {ABSOLUTE_PATH.findall(shown)[:3]}"
+
+
+# --------------------------------------------------------------------------------------------------
+# legible at the back of the room: lines that fit, tables, figure fonts, prose within a slide
+# --------------------------------------------------------------------------------------------------
+
+import ast  # noqa: E402
+
+from adapterlab.slide_layout import (CODE_WIDTH, PROSE_WORDS, legible_figure, prose_words,  # noqa: E402
+                                     reflow_code, text_tables_as_html, wrap_output_line)
+
+LONG_CODE = '''def report(points, majority):
+    """The trained parameters of one task: its adapters, the LayerNorms when trained, and the classifier head."""
+    paper = (f"Paper, BERT-base on MNLI-m (Fig. 4): top layer only (~9M trained) {points['top'].value} %, "
+             f"adapters r = 64 (~2M) {points['adapters'].value} %, full fine-tuning {points['full'].value} %.")
+    print("Houlsby r = 2 and r = 8 below r = 64 by more than one spread:", below_by(points[2], points[64]) and below_by(points[8], points[64]))
+    total = sum(p.numel() for p in model.parameters() if p.requires_grad)  # the parameters one task trains and saves
+    return tradeoff_figure(points, f"SST-2 dev accuracy against trained parameters ({points.backbone}, 3 seeds)", baseline=("majority", majority), note=paper)
+'''
+
+
+def _docstrings_as_words(source: str) -> str:
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            body[0].value.value = " ".join(str(body[0].value.value).split())
+    return ast.dump(tree)
+
+
+def test_long_code_lines_are_reflowed_into_the_same_program():
+    shown = reflow_code(LONG_CODE)
+    assert max(len(line) for line in shown.splitlines()) <= CODE_WIDTH
+    assert _docstrings_as_words(shown) == _docstrings_as_words(LONG_CODE), "the program (and docstring words) unchanged"
+    assert "# the parameters one task trains and saves" in shown, "a trailing comment keeps its words"
+    continued = [line for line in shown.splitlines()[1:] if line.strip() and not line.startswith("    ")]
+    assert not continued, f"a continuation line starts at the left margin: {continued}"
+
+
+def test_code_that_does_not_parse_is_shown_as_written():
+    magic = "%timeit " + "x" * 120
+    assert reflow_code(magic) == magic
+
+
+def test_a_text_table_becomes_an_html_table_with_the_same_cells():
+    text = ("runs on the stand-in, seeds 0, 1, 2\n"
+            "method                  trained  % of backbone   dev accuracy, mean ± spread   paper (Table 1, test)\n"
+            "Houlsby adapters        753,794          3.32%   0.838 ± 0.004 (3 seeds)       94.0\n"
+            "head only               148,610          0.65%   0.710 ± 0.003 (3 seeds)       —\n"
+            "full fine-tuning     22,713,986        100.00%   0.842 ± 0.003 (3 seeds)       94.9\n"
+            "all 9 runs stored\n")
+    shown = text_tables_as_html(text)
+    rows = re.findall(r"<tr>(.*?)</tr>", shown)
+    cells = [[re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<t[hd][^>]*>.*?</t[hd]>", row)] for row in rows]
+    expected = [re.split(r"\s{2,}", line.strip()) for line in text.splitlines()[1:5]]
+    assert [[c.replace("&amp;", "&") for c in row] for row in cells] == expected
+    assert "<pre>runs on the stand-in, seeds 0, 1, 2</pre>" in shown and "all 9 runs stored" in shown
+    assert text_tables_as_html("one line\nanother line of text\nand a third one\n") is None
+
+
+def test_a_long_output_line_wraps_at_spaces_with_a_hanging_indent():
+    line = "  largest spread: " + ", ".join(f"{i * 0.0137:.4f} at σ = {10.0 ** -i:.0e}" for i in range(8))
+    pieces = wrap_output_line(line, 60)
+    assert len(pieces) > 1 and all(len(piece) <= 60 for piece in pieces)
+    assert pieces[0].startswith("  l") and all(piece.startswith("      ") for piece in pieces[1:])
+    assert " ".join(piece.strip() for piece in pieces).split() == line.split(), "no word or number cut"
+
+
+def test_every_figure_font_is_at_least_the_minimum():
+    figure = {"data": [{"type": "scatter", "textfont": {"size": 9}}],
+              "layout": {"xaxis": {"type": "log", "tickfont": {"size": 10}}, "legend": {"font": {"size": 24}},
+                         "annotations": [{"text": "note", "font": {"size": 11}}]}}
+    shown = legible_figure(figure, 18)
+    sizes = re.findall(r"'size': (\d+)", str(shown))
+    assert sizes and min(map(int, sizes)) >= 18 and shown["layout"]["legend"]["font"]["size"] == 24
+    assert shown["layout"]["font"]["size"] == 18 and shown["layout"]["xaxis"]["dtick"] == 1
+
+
+def test_long_prose_keeps_about_sixty_words_on_the_slide_and_the_rest_in_its_notes(tmp_path):
+    words = [f"word{i}" for i in range(140)]
+    paragraph = " ".join("Then " + " ".join(words[i:i + 20]) + "." for i in range(0, 140, 20))
+    deck = export(tmp_path, [cell("md", "## Many words\n\n" + paragraph, "slide")])
+    [slide] = [slide for slide in deck.slides if "Many words" in slide["text"]]
+    shown = re.findall(r"word\d+", slide["text"])
+    assert slide["notes"], "the rest is in the notes"
+    assert 0 < len(shown) <= PROSE_WORDS + 10 and prose_words(slide["text"]) <= PROSE_WORDS + 10
+    assert shown + re.findall(r"word\d+", slide["notes"]) == words, "every word once, in order"
+
+
+def test_an_output_moved_to_its_own_slide_says_what_it_is_and_has_the_notes(tmp_path):
+    lines = "".join(f"row {i}\n" for i in range(60))
+    deck = export(tmp_path, [cell("md", "## The rows", "slide"), cell("code", "print_rows()", "-", [stream(lines)]),
+                             cell("md", "POINT-AT-THE-ROWS", "notes")])
+    shown = [slide for slide in deck.slides if "row 59" in slide["text"] or "row 0\n" in slide["text"]]
+    assert shown and all("The rows" in slide["text"] for slide in shown), "each slide names what it shows"
+    assert all("POINT-AT-THE-ROWS" in slide["notes"] for slide in shown)

@@ -125,7 +125,8 @@ def test_deck_keeps_the_slide_structure(small_deck):
     parser = parse(small_deck)
     html = small_deck.read_text(encoding="utf-8")
     assert parser.sections.count(1) == 3, "three cells start a slide"
-    assert parser.sections.count(2) == 5, "each slide has a first subslide, plus two subslide cells"
+    assert parser.sections.count(2) == 6, ("each slide has a first subslide, the title slide one more (where the "
+                                           "numbers come from), plus two subslide cells")
     assert "SPEAKER-NOTE-TEXT" in "".join(parser.notes)
     assert html.count('class="fragment"') == 1
     assert "SKIPPED_CELL" not in html

@@ -49,3 +49,27 @@ def test_the_slides_command_reports_a_missing_chromium_in_one_line(monkeypatch, 
     assert main(["slides", str(lab), "--out", str(tmp_path / "out"), "--pdf"]) == 1
     error = capsys.readouterr().err.strip()
     assert len(error.splitlines()) == 1 and "ADAPTERLAB_CHROMIUM" in error
+
+
+def test_the_slides_command_counts_decks_and_pdfs_apart(monkeypatch, tmp_path, capsys):
+    """Two labs with --pdf write two decks and two PDFs: the summary says so, not "4 slide decks"."""
+    import adapterlab.slides_pdf as slides_pdf
+    from adapterlab.cli import main
+
+    def fake_pdf(deck):  # printing needs Chromium; the count does not
+        pdf = deck.with_name(deck.name.removesuffix(".slides.html") + ".pdf")
+        pdf.write_bytes(b"%PDF-1.4\n")
+        return pdf
+
+    monkeypatch.setattr(slides_pdf, "deck_to_pdf", fake_pdf)
+    labs = []
+    for number in (1, 2):
+        lab = tmp_path / f"0{number}_tiny.ipynb"
+        nb = nbformat.v4.new_notebook()
+        nb.cells = [nbformat.v4.new_markdown_cell(f"# Tiny {number}\n\nText.", metadata={"slideshow": {"slide_type": "slide"}})]
+        nbformat.write(nb, lab)
+        labs.append(str(lab))
+    assert main(["slides", *labs, "--out", str(tmp_path / "out"), "--pdf"]) == 0
+    summary = capsys.readouterr().out.strip().splitlines()[-1]
+    assert summary.startswith("2 slide decks and 2 PDFs in "), summary
+    assert len(list((tmp_path / "out").glob("*.pdf"))) == 2

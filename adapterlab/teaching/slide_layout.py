@@ -22,26 +22,35 @@ title slide shows. Instructors get all of this from ``adapterlab slides``.
 
 from __future__ import annotations
 
+import ast
 import base64
 import copy
+import html
+import io
 import math
 import re
 import struct
+import textwrap
+import tokenize
 
 from nbconvert.preprocessors import Preprocessor
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
+WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
 SKIP_TAG = "deck-skip"
 HIDE_INPUT_TAG = "deck-hide-input"
 PREDICTION_TAG = "prediction"
 
-# Slide geometry in reveal.js units (the deck is 960 × 700, scaled to the screen).
-SLIDE_BUDGET_PX = 600  # the slide's height less reveal's margin and the cells' padding
+# Slide geometry in reveal.js units (the deck is 1280 × 720, scaled to the screen; no prompts).
+SLIDE_BUDGET_PX = 660  # the slide's height less the cells' padding
 FIGURE_HEIGHT_PX = 420
-TEXT_LINE_PX, TEXT_CHARS = 30, 72  # markdown at 20 px
-CODE_LINE_PX, CODE_CHARS = 24, 66  # code and text outputs at 19 px, beside the prompt
-HEADING_PX = 70
-CELL_GAP_PX = 24
+TEXT_LINE_PX, TEXT_CHARS = 36, 92  # markdown at 26 px
+CODE_LINE_PX, CODE_CHARS = 28, 96  # code and text outputs at 21 px (DejaVu Sans Mono: 12.6 px a character)
+CODE_WIDTH = 90  # longer code lines are reflowed for the deck, longer output lines wrapped (a hanging indent)
+FIGURE_FONT_PX = 18  # the smallest text in a figure (axis titles, ticks, legend)
+HEADING_PX = 60
+PROSE_WORDS = 55  # words of prose a slide shows (the browser tests allow about 60); the rest goes to its notes
+CELL_GAP_PX = 16
 
 _MARKER_LINE = re.compile(r"^\s*(#\s*NBVAL_\w*|###\s*(BEGIN|END)\s+SOLUTION)\b.*$")
 # "GLUE folder /any/abs/path/SST-2/train.tsv" → "GLUE SST-2/train.tsv"
@@ -146,7 +155,7 @@ class LectureLayout(Preprocessor):
             cells.append(cell)
         if title is not None and not title_cell.source.strip():
             _removed(title_cell)
-        cells = _carry_slide_starts(_predictions_as_slides(cells))
+        cells = _within_words(_carry_slide_starts(_predictions_as_slides(cells)))
         leading_notes = []
         while cells and slide_type(cells[0]) == "notes":
             leading_notes.append(cells.pop(0).source)
@@ -154,7 +163,7 @@ class LectureLayout(Preprocessor):
             title_cell.source = heading
             set_slide_type(title_cell, "slide")
             cells.insert(0, title_cell)
-        nb.cells = _fit_to_slides(cells)
+        nb.cells = _label_continuations(_fit_to_slides(cells))
         resources["deck_title"] = title_slide | {"notes": "\n\n".join(leading_notes)}
         return nb, resources
 
@@ -181,23 +190,52 @@ def _clean_code_cell(cell) -> None:
     cell.source = "\n".join(line for line in cell.source.splitlines() if not _MARKER_LINE.match(line)).strip("\n")
     if HIDE_INPUT_TAG in tags(cell):
         cell.metadata.setdefault("transient", {})["remove_source"] = True
+    else:
+        cell.source = reflow_code(cell.source)
     kept = []
     for output in cell.get("outputs", []):
-        if output.get("name") == "stderr":
-            continue
+        if output.get("name") == "stderr" or WIDGET_VIEW_MIME in output.get("data", {}):
+            continue  # the notice is on the title slides; a widget needs a kernel (the deck drops it)
         if "text" in output:
             output["text"] = relative_paths(output["text"])
         data = output.get("data", {})
         for mime in ("text/plain", "text/html", "text/markdown"):
             if mime in data:
                 data[mime] = relative_paths("".join(data[mime]))
+        output = _legible_text(output)
+        data = output.get("data", {})
         if PLOTLY_MIME in data:
+            legible_figure(data[PLOTLY_MIME])
             layout = data[PLOTLY_MIME].setdefault("layout", {})
             layout["height"] = min(layout.get("height") or FIGURE_HEIGHT_PX, FIGURE_HEIGHT_PX)
             layout.pop("width", None)
             layout["autosize"] = True
         kept.append(output)
     cell.outputs = kept
+
+
+def _legible_text(output):
+    """A text output (a stream or a plain-text result) as the deck shows it: a fixed-width table becomes
+    an HTML table, a line longer than the slide is wrapped with a hanging indent."""
+    data = output.get("data", {})
+    if output.get("output_type") == "stream":
+        text = output.get("text", "")
+    elif "text/plain" in data and set(data) <= {"text/plain"}:
+        text = data["text/plain"]
+    else:
+        return output
+    table = text_tables_as_html(text)
+    if table is not None:
+        return {"output_type": "display_data", "metadata": {}, "data": {"text/html": table}}
+    listing = reflow_code(text.rstrip("\n"), CODE_CHARS)  # a printed source listing is reflowed as code
+    if listing != text.rstrip("\n"):
+        text = listing + "\n"
+    wrapped = "\n".join(piece for line in text.split("\n") for piece in wrap_output_line(line))
+    if output.get("output_type") == "stream":
+        output["text"] = wrapped
+    else:
+        data["text/plain"] = wrapped
+    return output
 
 
 def _predictions_as_slides(cells):
@@ -252,15 +290,236 @@ def _fit_to_slides(cells):
         if kind in ("slide", "subslide"):
             used = 0
         pieces = _split_outputs(cell) if cell.cell_type == "code" else [cell]
-        for piece in pieces:
+        while pieces:
+            piece = pieces.pop(0)
             height = cell_height(piece)
             keep = piece.metadata.get("deck_keep_with_previous")
+            if keep and used + height > SLIDE_BUDGET_PX and piece.cell_type == "code" and piece.get("outputs") \
+                    and piece.source and not piece.metadata.get("transient", {}).get("remove_source"):
+                # a reveal that does not fit under its prediction: its code there, its outputs on a subslide
+                rest = copy.deepcopy(piece)
+                piece.outputs = []
+                if "id" in rest:
+                    rest["id"] = f"{piece['id']}-out"[:64]
+                rest.metadata.setdefault("transient", {})["remove_source"] = True
+                rest.metadata.pop("deck_keep_with_previous", None)
+                set_slide_type(rest, "subslide")
+                rest.metadata["deck_continued"] = True
+                pieces.insert(0, rest)
+                height = cell_height(piece)
             if used and used + height > SLIDE_BUDGET_PX and slide_type(piece) in ("-", "fragment") and not keep:
                 set_slide_type(piece, "subslide")
+                piece.metadata["deck_continued"] = True
                 used = 0
             used += height
             fitted.append(piece)
     return fitted
+
+
+_MATH = re.compile(r"\$\$.+?\$\$|\$[^$\n]+\$", re.S)
+# the end of a sentence or clause: . ? ! : before a capital (after a closing ** or bracket), or any ;
+_SENTENCE_END = re.compile(r"[.?!:](?:\*\*|[\"')\]])?(?=\s+[A-Z(*\"'\[])|;(?=\s)")
+
+
+def prose_words(markdown: str) -> int:
+    """Words of prose in `markdown` as a slide shows them: headings, code, tables and formulas not counted."""
+    text = re.sub(r"```.*?```", " ", markdown, flags=re.S)
+    text = _MATH.sub(" ", text)
+    lines = [line for line in text.splitlines() if not line.lstrip().startswith(("#", "|"))]
+    return len(re.findall(r"\S*\w\S*", " ".join(lines)))
+
+
+def _blocks(markdown: str) -> list[str]:
+    """The blocks of `markdown` (paragraphs, lists, headings, fenced code), in order."""
+    blocks, current, fenced = [], [], False
+    for line in markdown.splitlines():
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        if not line.strip() and not fenced:
+            if current:
+                blocks.append("\n".join(current))
+                current = []
+            continue
+        if line.startswith("#") and not fenced and current:
+            blocks.append("\n".join(current))
+            current = []
+        current.append(line)
+    if current:
+        blocks.append("\n".join(current))
+    return blocks
+
+
+def _sentences(paragraph: str) -> list[str]:
+    """`paragraph` cut into sentences, never inside a formula."""
+    hidden = {}
+
+    def hide(match):
+        hidden[f"\x00{len(hidden)}\x00"] = match.group(0)
+        return f"\x00{len(hidden) - 1}\x00"
+
+    text = _MATH.sub(hide, paragraph)
+    pieces, start = [], 0
+    for match in _SENTENCE_END.finditer(text):
+        before = text[: match.start()]
+        if before.count("(") > before.count(")"):
+            continue  # inside brackets: the same sentence
+        pieces.append(text[start:match.end()].strip())
+        start = match.end()
+    pieces = [piece for piece in pieces + [text[start:].strip()] if piece]
+    for key, value in hidden.items():
+        pieces = [piece.replace(key, value) for piece in pieces]
+    return pieces
+
+
+_LIST_ITEM = re.compile(r"[*+-] |\d+\. ")
+
+
+def _split_prose(markdown: str, budget: int, prediction: bool) -> tuple[str, str, str]:
+    """(what the slide shows, what moves to its notes, what moves to the next slide) for a markdown cell
+    with more than `budget` words. Headings and formulas stay whole; a long paragraph is cut between
+    sentences, the rest going to the notes; a list is cut between items, the rest (and what follows it)
+    going to the next slide. A prediction keeps
+    its question and its choices: the sentences that lead up to the question move to the notes."""
+    blocks = _blocks(markdown)
+    if prediction:
+        first = next((i for i, block in enumerate(blocks) if not block.startswith("#")), None)
+        if first is None:
+            return markdown, "", ""
+        sentences = _sentences(blocks[first])
+        if len(sentences) < 2:
+            return markdown, "", ""
+        lead = sentences[0].split("**", 2)[1] if sentences[0].startswith("**") and sentences[0].count("**") >= 2 else ""
+        kept = ([f"**{lead}**"] if lead else []) + [sentences[-1]]
+        moved = " ".join(sentences[:-1])
+        if lead:
+            moved = moved.replace(f"**{lead}**", "", 1).strip()
+        return "\n\n".join(blocks[:first] + [" ".join(kept)] + blocks[first + 1 :]), moved, ""
+    shown, moved, used = [], [], 0
+    for block in blocks:
+        words = prose_words(block)
+        if moved:
+            moved.append(block)
+        elif used + words <= budget or block.startswith("#"):
+            shown.append(block)
+            used += words
+        elif _LIST_ITEM.match(block):  # the items that fit; the others, and what follows, on the next slide
+            items, kept = re.split(r"\n(?=[*+-] |\d+\. )", block), []
+            for item in items:
+                if used + prose_words(item) > budget and (kept or used):
+                    break
+                if used + prose_words(item) > budget:  # one item longer than a slide: its first sentences
+                    sentences, first = _sentences(item), []
+                    for sentence in sentences:
+                        if first and used + prose_words(sentence) > budget:
+                            break
+                        first.append(sentence)
+                        used += prose_words(sentence)
+                    item, tail = " ".join(first), " ".join(sentences[len(first):])
+                    if tail:
+                        moved.append(tail)
+                else:
+                    used += prose_words(item)
+                kept.append(item)
+            if kept:
+                shown.append("\n".join(kept))
+            later = ["\n".join(items[len(kept):])] if items[len(kept):] else []
+            return "\n\n".join(shown), "\n\n".join(moved), "\n\n".join(later + blocks[blocks.index(block) + 1 :])
+        elif used:
+            moved.append(block)
+        else:  # one long paragraph: the sentences that fit
+            sentences, kept = _sentences(block), []
+            for sentence in sentences:
+                if kept and used + prose_words(sentence) > budget:
+                    break
+                kept.append(sentence)
+                used += prose_words(sentence)
+            shown.append(" ".join(kept))
+            rest = " ".join(sentences[len(kept):])
+            if rest:
+                moved.append(rest)
+    return "\n\n".join(shown), "\n\n".join(moved), ""
+
+
+def _within_words(cells):
+    """Keep a slide's prose within PROSE_WORDS: a markdown cell that would pass it starts a slide of its
+    own, and a cell longer than that shows its first part, the rest going to the slide's speaker notes
+    (a paragraph's tail) or to the next slide (a list's later items and what follows them)."""
+    shown, used, started = [], 0, False  # started: the slide already shows something
+    queue = list(cells)
+    while queue:
+        cell = queue.pop(0)
+        kind = slide_type(cell)
+        if kind in ("slide", "subslide"):
+            used, started = 0, False
+        if cell.cell_type != "markdown" or kind == "notes":
+            shown.append(cell)
+            started = started or kind != "notes"
+            continue
+        words = prose_words(cell.source)
+        crowded = used + words > PROSE_WORDS and (used or (words > PROSE_WORDS and started))
+        started = True
+        if crowded and kind not in ("slide", "subslide") and not cell.metadata.get("deck_keep_with_previous"):
+            set_slide_type(cell, "subslide")
+            cell.metadata["deck_continued"] = True  # the same slide, continued: same heading, same notes
+            used = 0
+        shown.append(cell)
+        if words > PROSE_WORDS:
+            cell.source, moved, later = _split_prose(cell.source, PROSE_WORDS, PREDICTION_TAG in tags(cell))
+            if moved:
+                shown.append(_markdown_cell(moved, "notes"))
+            if later:
+                following = _markdown_cell(later, "subslide")
+                following.metadata["deck_continued"] = True
+                queue.insert(0, following)
+            words = prose_words(cell.source)
+        used += words
+    return shown
+
+
+_HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
+
+
+def _label_continuations(cells):
+    """Each subslide the layout started, and each slide that shows only outputs, opens with the heading
+    before it, marked as continued, and carries that slide's speaker notes when it has none of its own: a slide never shows a
+    lone output, and every result slide has notes."""
+    groups, heading = [], None
+    for cell in cells:
+        continued = cell.metadata.pop("deck_continued", False)
+        if not groups or (slide_type(cell) in ("slide", "subslide") and groups[-1]["cells"]):
+            origin = groups[-1]["origin"] if continued and groups else len(groups)
+            groups.append({"cells": [], "origin": origin, "heading": heading, "continued": continued})
+        groups[-1]["cells"].append(cell)
+        if cell.cell_type == "markdown" and slide_type(cell) != "notes":
+            found = _HEADING.findall(cell.source)
+            heading = found[-1] if found else heading
+    notes = {}
+    for group in groups:
+        notes.setdefault(group["origin"], []).extend(c for c in group["cells"] if slide_type(c) == "notes")
+    shown = []
+    for group in groups:
+        body = group["cells"]
+        says = [c for c in body if c.cell_type == "markdown" and slide_type(c) != "notes" and c.source.strip()]
+        results = any(c.cell_type == "code" and c.get("outputs") for c in body)
+        if group["heading"] and ((group["continued"] and not any(_HEADING.search(c.source) for c in says))
+                                 or (results and not says)):
+            starts = slide_type(body[0]) if slide_type(body[0]) in ("slide", "subslide") else "subslide"
+            label = _markdown_cell(f"### {group['heading'].rstrip('.:')} (continued)", starts)
+            set_slide_type(body[0], "-")
+            body = [label] + body
+        if not any(slide_type(c) == "notes" for c in body):
+            body = body + [copy.deepcopy(c) for c in notes.get(group["origin"], [])]
+        shown += body
+    for number, cell in enumerate(shown):  # copies share their cell ids; a deck needs them unique
+        if "id" in cell and any(cell["id"] == other.get("id") for other in shown[:number]):
+            cell["id"] = f"{cell['id'][:56]}-c{number}"
+    return shown
+
+
+def _markdown_cell(source: str, kind: str):
+    from nbformat.v4 import new_markdown_cell
+
+    return new_markdown_cell(source, metadata={"slideshow": {"slide_type": kind}})
 
 
 def _split_outputs(cell):
@@ -281,6 +540,7 @@ def _split_outputs(cell):
             piece.metadata.setdefault("transient", {})["remove_source"] = True
             piece.metadata.pop("deck_keep_with_previous", None)
             set_slide_type(piece, "subslide")
+            piece.metadata["deck_continued"] = True
             pieces.append(piece)
             used = CELL_GAP_PX
         pieces[-1].outputs.append(output)
@@ -312,9 +572,9 @@ def _with_text(output, text: str):
 
 
 def deck_title(nb, title: str | None, notices: list[str]) -> dict:
-    """What the title slide shows: the lab's title, its objectives (notebook metadata
-    ``adapterlab.objectives``), one line on the backbone and data behind the numbers, and the
-    stand-in notice, once."""
+    """What the title slides show: the lab's title and its objectives (notebook metadata
+    ``adapterlab.objectives``); then one line on the backbone and data behind the numbers and the
+    stand-in notice, once (its first sentence on the slide, all of it in the notes)."""
     backbones, data, sources = [], [], []
     for cell in nb.cells:
         for output in cell.get("outputs", []) if cell.cell_type == "code" else []:
@@ -323,7 +583,7 @@ def deck_title(nb, title: str | None, notices: list[str]) -> dict:
                 if backbone.strip() not in backbones:
                     backbones.append(backbone.strip())
             for name, source in _DATA_LINE.findall(text):
-                source = "GLUE" if source.startswith("GLUE") else source.strip()
+                source = "GLUE" if re.match(r"(the )?GLUE\b", source) else source.strip()
                 if name not in data:
                     data.append(name)
                 if source not in sources:
@@ -337,4 +597,322 @@ def deck_title(nb, title: str | None, notices: list[str]) -> dict:
     notice = relative_paths(" ".join(dict.fromkeys(" ".join(text.split()) for text in notices)))
     metadata = nb.metadata.get("adapterlab", {})
     objectives = [str(item) for item in metadata.get("objectives", [])] if isinstance(metadata, dict) else []
-    return {"title": title or nb.metadata.get("title", ""), "objectives": objectives, "provenance": provenance, "notice": notice}
+    shown = _sentences(notice)[0] if notice else ""  # the slide shows its first sentence, the notes all of it
+    return {"title": title or nb.metadata.get("title", ""), "objectives": objectives, "provenance": provenance,
+            "notice": notice, "notice_shown": shown}
+
+
+# --------------------------------------------------------------------------------------------------
+# Lines that fit: code reflowed, text outputs wrapped with a hanging indent, text tables as tables
+# --------------------------------------------------------------------------------------------------
+
+_OPENING, _CLOSING = "([{", ")]}"
+_BREAK_BEFORE = {"and", "or", "if", "else", "for", "+", "-", "*", "@", "|", "==", "<", ">", "<=", ">="}
+
+
+def reflow_code(source: str, width: int = CODE_WIDTH) -> str:
+    """`source` with every line longer than `width` broken where Python allows it: a trailing comment
+    moves onto its own line above, a long comment is wrapped, and code breaks after a comma or an
+    opening bracket, or before an operator, inside brackets, continuing under its bracket (or 8 spaces in).
+    The result parses to the same program (else `source` comes back unchanged); a line with no place
+    to break keeps its length."""
+    lines = source.splitlines()
+    if all(len(line) <= width for line in lines):
+        return source
+    try:
+        tree = _program(source)
+    except (SyntaxError, ValueError):
+        return source  # IPython magics and the like: shown as written
+    source = "\n".join(_parenthesised_import(line) if len(line) > width else line for line in lines)
+    wrapped = _wrapped_docstrings(source, width)
+    if _program(wrapped) == tree:  # else a long string that is not a docstring: left as it is
+        source = wrapped
+    lines = source.splitlines()
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (SyntaxError, tokenize.TokenError, IndentationError, ValueError):
+        return source  # IPython magics and the like: shown as written
+    by_line: dict[int, list] = {}
+    depth_at: dict[int, int] = {}  # brackets open where each line starts
+    depth = 0
+    for token in tokens:
+        depth_at.setdefault(token.start[0], depth)
+        by_line.setdefault(token.start[0], []).append(token)
+        if token.type == tokenize.OP:
+            depth += (token.string in _OPENING) - (token.string in _CLOSING)
+    split = _split_long_strings(source, tokens, depth_at, width)
+    if split != source:
+        reflowed = reflow_code(split, width)
+        try:
+            if _program(reflowed) == tree:
+                return reflowed
+        except SyntaxError:
+            pass
+    shown = []
+    for number, line in enumerate(lines, start=1):
+        if len(line) <= width:
+            shown.append(line)
+            continue
+        shown += _reflow_line(line, by_line.get(number, []), width, depth_at.get(number, 0))
+    reflowed = "\n".join(shown)
+    try:
+        same = _program(reflowed) == tree
+    except SyntaxError:
+        same = False
+    return reflowed if same else source
+
+
+def _program(source: str) -> str:
+    """The program `source` parses to, docstrings compared by their words (the deck may rewrap them)."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+            body[0].value.value = " ".join(body[0].value.value.split())
+    return ast.dump(tree)
+
+
+_IMPORT = re.compile(r"^(\s*from\s+[\w.]+\s+import\s+)([^(#]+?)\s*$")
+_DOCSTRING = re.compile(r'^(\s*)("""|\'\'\')(.+)\2\s*$')
+
+
+def _parenthesised_import(line: str) -> str:
+    """`from m import a, b, c` as `from m import (a, b, c)`, which may break after a comma."""
+    match = _IMPORT.match(line)
+    return f"{match.group(1)}({match.group(2)})" if match else line
+
+
+def _wrapped_docstrings(source: str, width: int) -> str:
+    """One-line docstrings longer than `width` wrapped over lines at the docstring's indent."""
+    shown = []
+    for line in source.splitlines():
+        match = _DOCSTRING.match(line)
+        if len(line) <= width or not match:
+            shown.append(line)
+            continue
+        indent, quotes, text = match.groups()
+        wrapped = textwrap.wrap(text, width - len(indent) - 3, break_long_words=False, break_on_hyphens=False)
+        shown += [indent + quotes + wrapped[0]] + [indent + piece for piece in wrapped[1:]] + [indent + quotes]
+    return "\n".join(shown)
+
+
+def _reflow_line(line: str, tokens, width: int, base: int = 0) -> list[str]:
+    indent = len(line) - len(line.lstrip())
+    code_tokens = [t for t in tokens if t.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
+                                                        tokenize.DEDENT, tokenize.ENDMARKER) and t.start[0] == t.end[0]]
+    comments = [t for t in code_tokens if t.type == tokenize.COMMENT]
+    if comments and comments[0].start[1] == indent:  # a comment line
+        return _wrap_comment(line[indent:], indent, width)
+    if comments:  # a trailing comment goes above its code
+        code = line[: comments[0].start[1]].rstrip()
+        above = _wrap_comment(comments[0].string, indent, width)
+        return above + _reflow_line(code, [t for t in code_tokens if t.type != tokenize.COMMENT], width, base)
+    # candidate breaks: (original column where the next piece starts, bracket depth, kind: 0 after a
+    # comma, 1 before an operator or between two string literals, 2 after an opening bracket)
+    stack, breaks, previous = [], [], None
+    for token in code_tokens:
+        text, col = token.string, token.start[1]
+        if token.type == tokenize.STRING and previous is not None and previous.type == tokenize.STRING:
+            breaks.append((col, base + len(stack), 1))
+        previous = token
+        if token.type == tokenize.OP and text in _OPENING:
+            stack.append(col)
+            breaks.append((token.end[1], base + len(stack), 2))
+        elif token.type == tokenize.OP and text in _CLOSING:
+            if stack:
+                stack.pop()
+        elif token.type == tokenize.OP and text == ",":
+            breaks.append((token.end[1], base + len(stack), 0))
+        elif text in _BREAK_BEFORE and (token.type == tokenize.NAME or token.type == tokenize.OP) and col > indent:
+            breaks.append((col, base + len(stack), 1))
+    opened = _bracket_columns(code_tokens)
+    pieces, start, shift = [], indent, indent
+    while shift + len(line) - start > width:
+        fitting = [(kind, depth, -col) for col, depth, kind in breaks if col > start and shift + col - start <= width
+                   and depth > 0 and line[col:].strip() and not line[col:].lstrip().startswith(tuple(_CLOSING + ",:"))]
+        if not fitting:
+            break
+        # a comma before an operator before an opening bracket, the outermost first, the last that fits;
+        # a break that leaves the first piece shorter than 40 % of the room only when nothing else fits
+        long_enough = [c for c in fitting if -c[2] - start >= 0.4 * (width - shift)]
+        col = -min(long_enough or fitting)[2]
+        pieces.append(" " * shift + line[start:col].strip())
+        inner = [c for c in opened if c < col and opened[c] >= col]
+        bracket = max(inner) if inner else None
+        visual = shift + (bracket - start) + 1 if bracket is not None and bracket >= start else shift
+        shift = visual if visual <= width // 2 else indent + 8
+        start = col + (len(line[col:]) - len(line[col:].lstrip()))
+    pieces.append(" " * shift + line[start:].strip())
+    return pieces
+
+
+_STRING_PARTS = re.compile(r"^([rRbBuUfF]{0,2})(['\"])(.*)\2$", re.S)
+
+
+def _split_long_strings(source: str, tokens, depth_at: dict[int, int], width: int) -> str:
+    """`source` with each one-line string literal inside brackets on a line longer than `width` cut at
+    spaces into adjacent literals (Python joins them back), so that the line can break between them."""
+    lines = source.splitlines()
+    depth, edits = 0, []
+    for token in tokens:
+        if token.type == tokenize.OP:
+            depth += (token.string in _OPENING) - (token.string in _CLOSING)
+        row, col = token.start
+        if (token.type != tokenize.STRING or token.end[0] != row or depth == 0 or len(lines[row - 1]) <= width
+                or len(token.string) < 30):
+            continue
+        match = _STRING_PARTS.match(token.string)
+        if not match or token.string[len(match.group(1)):].startswith(match.group(2) * 3):
+            continue
+        prefix, quote, body = match.groups()
+        room = max(24, width - col - 4)
+        words, level, word = [], 0, ""
+        for char in body:  # words end after a space outside {} (an f-string's fields stay whole)
+            word += char
+            level += (char == "{") - (char == "}") if "f" in prefix.lower() else 0
+            if char == " " and level == 0:
+                words.append(word)
+                word = ""
+        words.append(word)
+        chunks = [""]
+        for word in words:
+            if chunks[-1] and len(chunks[-1]) + len(word) > room:
+                chunks.append("")
+            chunks[-1] += word
+        if len(chunks) > 1 and all(chunks):
+            edits.append((row, col, token.end[1], " ".join(f"{prefix}{quote}{c}{quote}" for c in chunks)))
+    for row, start, end, text in sorted(edits, reverse=True):
+        lines[row - 1] = lines[row - 1][:start] + text + lines[row - 1][end:]
+    return "\n".join(lines)
+
+
+def _bracket_columns(tokens) -> dict[int, int]:
+    """{column of an opening bracket on the line: column of its closing bracket (or the line's end)}."""
+    stack, pairs = [], {}
+    for token in tokens:
+        if token.type == tokenize.OP and token.string in _OPENING:
+            stack.append(token.start[1])
+        elif token.type == tokenize.OP and token.string in _CLOSING and stack:
+            pairs[stack.pop()] = token.start[1]
+    for col in stack:
+        pairs[col] = 10**6
+    return pairs
+
+
+def _wrap_comment(comment: str, indent: int, width: int) -> list[str]:
+    text = comment.lstrip("#").strip()
+    return textwrap.wrap(text, width, initial_indent=" " * indent + "# ", subsequent_indent=" " * indent + "# ",
+                         break_long_words=False, break_on_hyphens=False) or [" " * indent + "#"]
+
+
+def wrap_output_line(line: str, width: int = CODE_CHARS) -> list[str]:
+    """A text output's line cut at spaces into lines of at most `width` characters, the continuations
+    indented 4 spaces past the line's own indent (a number or a word is never cut)."""
+    line = line.rstrip()
+    if len(line) <= width:
+        return [line]
+    lead = line[: len(line) - len(line.lstrip())]
+    return textwrap.wrap(line.strip(), width, initial_indent=lead, subsequent_indent=lead + "    ",
+                         break_long_words=False, break_on_hyphens=False, drop_whitespace=True) or [line]
+
+
+_FIELDS = re.compile(r"\S+(?: \S+)*")
+_NUMBER_CELL = re.compile(r"^[-+−]?[\d.,]+(?:e[-+]?\d+)?\s*(?:%|[kMG]?B)?(?:,\s*[-+−]?[\d.,]+\s*%?)*$")
+
+
+def text_table_rows(lines: list[str]) -> list[list[str]] | None:
+    """The rows of a fixed-width text table (columns apart by two or more spaces in every line, three
+    or more columns), or None when `lines` are not one."""
+    if len(lines) < 3 or any(len(_FIELDS.findall(line)) < 3 for line in lines):
+        return None
+    length = max(len(line) for line in lines)
+    padded = [line.ljust(length) for line in lines]
+    blank = [all(row[col] == " " for row in padded) for col in range(length)]
+    edges, col = [], 0
+    while col < length:
+        if blank[col]:
+            end = col
+            while end < length and blank[end]:
+                end += 1
+            if end - col >= 2 and col > 0 and end < length:
+                edges.append((col, end))
+            col = end
+        else:
+            col += 1
+    if len(edges) < 2:
+        return None
+    bounds = [0] + [end for _, end in edges]
+    stops = [start for start, _ in edges] + [length]
+    return [[row[a:b].strip() for a, b in zip(bounds, stops)] for row in padded]
+
+
+def text_tables_as_html(text: str) -> str | None:
+    """`text` as HTML, its fixed-width tables as <table>s and every other line in a <pre> (wrapped as
+    `wrap_output_line` does); None when `text` holds no table."""
+    lines = text.rstrip("\n").splitlines()
+    parts, rows_seen, i = [], False, 0
+    plain: list[str] = []
+
+    def flush():
+        if plain:
+            shown = [piece for line in plain for piece in wrap_output_line(line)]
+            parts.append("<pre>" + html.escape("\n".join(shown)) + "</pre>")
+            plain.clear()
+
+    while i < len(lines):
+        end = i
+        while end < len(lines) and len(_FIELDS.findall(lines[end])) >= 3:
+            end += 1
+        rows = text_table_rows(lines[i:end]) if end - i >= 3 else None
+        if rows is None:
+            plain.append(lines[i])
+            i += 1
+            continue
+        flush()
+        rows_seen = True
+        digits = [[bool(re.search(r"\d", value)) for value in row] for row in rows]
+        headed = digits[0] != digits[1]  # a header row looks unlike the rows under it
+        head, body = (rows[0], rows[1:]) if headed else (None, rows)
+        columns = len(rows[0])
+        numeric = [all(_NUMBER_CELL.match(row[c]) or row[c] in ("", "—", "-") for row in body) for c in range(columns)]
+
+        def cell(tag, value, c):
+            css = ' class="deck-number"' if numeric[c] and tag == "td" else ""
+            return f"<{tag}{css}>{html.escape(value)}</{tag}>"
+
+        header = ("<thead><tr>" + "".join(cell("th", v, c) for c, v in enumerate(head)) + "</tr></thead>") if head else ""
+        parts.append('<table class="deck-table">' + header + "<tbody>" + "".join("<tr>" + "".join(cell("td", v, c) for c, v in enumerate(row))
+                                                        + "</tr>" for row in body) + "</tbody></table>")
+        i = end
+    flush()
+    return "\n".join(parts) if rows_seen else None
+
+
+def legible_figure(figure: dict, size: int = FIGURE_FONT_PX) -> dict:
+    """`figure` (plotly JSON) with every font at least `size` px: the default font and each explicit one
+    (axis titles, ticks, legend, annotations, trace text)."""
+
+    def walk(node):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key.endswith("font") and isinstance(value, dict):
+                    if (value.get("size") or size) < size:
+                        value["size"] = size
+                walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(figure)
+    layout = figure.setdefault("layout", {})
+    for name, axis in layout.items():
+        if not (re.fullmatch(r"[xy]axis\d*", name) and isinstance(axis, dict)):
+            continue
+        if axis.get("type") == "log":
+            axis.setdefault("dtick", 1)  # decades only: plotly draws the labels between them smaller
+        if axis.get("exponentformat", "power") == "power":
+            axis["exponentformat"] = "e"  # 1e-08, as the labs write σ: a superscript exponent is 70 % of the font
+    font = layout.setdefault("font", {})
+    font["size"] = max(font.get("size") or 0, size)
+    return figure

@@ -99,6 +99,8 @@ def slides_exporter() -> SlidesExporter:
         template_name=TEMPLATE_NAME,
         reveal_url_prefix=REVEAL_PREFIX,
         reveal_theme="white",  # the themes "simple" (nbconvert's default) and others load Google fonts
+        reveal_width="1280",  # 16:9, the shape of a projector: a 1280 × 720 screen shows the slide at 0.96
+        reveal_height="720",
         mathjax_url=MATHJAX_URL,
     )
     exporter.register_preprocessor(OfflineOutputs(), enabled=True)

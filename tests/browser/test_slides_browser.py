@@ -20,13 +20,14 @@ LOCAL_PROBES = ("about:",)
 
 
 def expected_slides(nb) -> int:
-    """Slides reveal.js counts (every subslide): the title slide, then, from the metadata of the cells
+    """Slides reveal.js counts (every subslide): the title slide and the slide on where the numbers come
+    from, then, from the metadata of the cells
     as the lecture layout leaves them, a slide at the first visible cell and at each cell marked slide
     or subslide."""
     nb, _ = LectureLayout().preprocess(nb, {})
     kinds = [cell.metadata.get("slideshow", {}).get("slide_type", "-") for cell in nb.cells]
     first = next(i for i, kind in enumerate(kinds) if kind not in ("skip", "notes"))
-    return 2 + sum(kind in ("slide", "subslide") for kind in kinds[first + 1 :])
+    return 3 + sum(kind in ("slide", "subslide") for kind in kinds[first + 1 :])
 
 
 def figure_count(nb) -> int:

@@ -1,11 +1,16 @@
-"""Every slide of every deck fits a projector, at 1280×720 and at 1024×768, in headless Chromium.
+"""Every slide of every deck fits a projector and reads from the back of the room, at 1280×720 and at
+1024×768, in headless Chromium.
 
-The test steps through each deck slide by slide (all fragments shown) and fails, naming the lab and
+The tests step through each deck slide by slide (all fragments shown) and fail, naming the lab and
 the slide number, where an element passes the slide's bottom or right edge, an element has a
-horizontal scroll bar or cuts a code line, or a request fails. It saves a contact sheet per deck
-and size (one thumbnail per slide, composed in the browser) as build/screenshots/contact-<lab>-<size>.png.
-It also checks that every formula is drawn exactly once: the rendered formulas of each markdown
-cell are counted against the formulas in its source.
+horizontal scroll bar or cuts a code line, or a request fails (`test_every_slide_fits`), and where a
+slide is hard to read (`test_every_slide_is_legible`, see LEGIBLE): a code or output block shows more
+lines than it has, a number is split over two lines, a heading is upper-cased, text, code or figure
+labels are smaller than the minimums, the content column is narrow, a slide holds more than about
+60 words of prose, or a slide that shows a result has no speaker notes (or notes that talk about
+other slides). It saves a contact sheet per deck and size (one thumbnail per slide, composed in the
+browser) as build/screenshots/contact-<lab>-<size>.png. It also checks that every formula is drawn
+exactly once: the rendered formulas of each markdown cell are counted against the formulas in its source.
 """
 
 from __future__ import annotations
@@ -65,7 +70,111 @@ SHOW = """async ([h, v]) => {
     if (window.Plotly) {
         await Promise.all([...Reveal.getCurrentSlide().querySelectorAll('.plotly-graph-div')].map(div => Plotly.Plots.resize(div)));
     }
+    if (window.refreshSlide) await refreshSlide({currentSlide: Reveal.getCurrentSlide()});  // the deck's own fitting
     await new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)));
+}"""
+
+# The minimums, in screen pixels at 1280×720; at another screen size they scale with the slide (a
+# 1024×768 screen shows the slide at 0.8 of its 1280×720 size, so 24 px there is 19.2 px).
+MIN_TEXT_PX, MIN_CODE_PX, MIN_FIGURE_TEXT_PX = 24, 18, 16
+MIN_COLUMN_PX = 1100  # the width of the content column at 1280 wide
+MAX_WORDS = 65  # "about 60 words of prose" a slide; headings, code, outputs and formulas not counted
+OTHER_SLIDES = r"\b(?:next|previous|following|earlier|later|last|other|coming)\s+(?:sub)?slides?\b|\bslides?\s+\d+"
+
+# Legibility problems of the shown slide, one line each (see the module's docstring).
+LEGIBLE = """([minText, minCode, minFigure, minColumn, maxWords, otherSlides]) => {
+    const slide = Reveal.getCurrentSlide();
+    const config = Reveal.getConfig(), scale = Reveal.getScale();
+    const factor = scale / Math.min(1280 * (1 - config.margin) / config.width, 720 * (1 - config.margin) / config.height);
+    const wrapper = slide.querySelector(':scope > .deck-fit');
+    const zoom = wrapper ? Number(wrapper.style.zoom || 1) : 1;
+    const problems = [];
+    const shown = el => !el.closest('aside.notes') && el.getClientRects().length > 0 && getComputedStyle(el).visibility !== 'hidden';
+    const all = selector => [...slide.querySelectorAll(selector)].filter(shown);
+    const text = el => (el.textContent || '').trim().replace(/\\s+/g, ' ');
+    const short = el => '"' + text(el).slice(0, 40) + '"';
+    const onScreen = el => parseFloat(getComputedStyle(el).fontSize) * scale * zoom;
+    const tops = rects => {  // distinct lines among client rects
+        const lines = [];
+        for (const r of rects) if (r.width > 0 && !lines.some(top => Math.abs(top - r.top) < r.height / 2)) lines.push(r.top);
+        return lines.length;
+    };
+    const math = '.MathJax, .MathJax_Display, .MathJax_Preview, .MJX_Assistive_MathML, script';
+    for (const h of all('h1, h2, h3, h4, h5, h6'))
+        if (getComputedStyle(h).textTransform !== 'none')
+            problems.push(`heading ${short(h)} is shown with text-transform ${getComputedStyle(h).textTransform}`);
+    // code and text outputs: one rendered line per line, nothing cut, at least the code size
+    for (const pre of all('pre')) {
+        const lines = pre.textContent.replace(/\\n$/, '').split('\\n').filter(line => line.trim()).length;
+        const range = document.createRange();
+        range.selectNodeContents(pre);
+        const rendered = tops(range.getClientRects());
+        if (rendered > lines) problems.push(`block ${short(pre)} has ${lines} lines and shows them on ${rendered} (it wraps)`);
+        if (pre.scrollWidth > pre.clientWidth + 1) problems.push(`block ${short(pre)} is cut: ${pre.scrollWidth - pre.clientWidth} px wider than the slide`);
+        if (onScreen(pre) < minCode * factor - 0.25) problems.push(`block ${short(pre)} is ${onScreen(pre).toFixed(1)} px, below ${(minCode * factor).toFixed(1)}`);
+    }
+    for (const cell of all('td, th'))
+        if (onScreen(cell) < minCode * factor - 0.25) { problems.push(`table cell ${short(cell)} is ${onScreen(cell).toFixed(1)} px, below ${(minCode * factor).toFixed(1)}`); break; }
+    // prose: markdown and the title slide
+    const prose = all('.jp-RenderedMarkdown p, .jp-RenderedMarkdown li, .deck-title p, .deck-title li')
+        .filter(el => !el.closest('table, pre') && text(el));
+    for (const el of prose)
+        if (onScreen(el) < minText * factor - 0.25) { problems.push(`text ${short(el)} is ${onScreen(el).toFixed(1)} px, below ${(minText * factor).toFixed(1)}`); break; }
+    // figures: every text of a plotly figure, in the figure's own scale
+    for (const svg of all('svg.main-svg')) {
+        const ratio = svg.getBoundingClientRect().width / (svg.width.baseVal.value || 1);
+        for (const label of svg.querySelectorAll('text, tspan')) {  // a tspan: an exponent, a subscript
+            const size = parseFloat(getComputedStyle(label).fontSize) * ratio;
+            if (label.textContent.trim() && label.getClientRects().length && size < minFigure * factor - 0.25) {
+                problems.push(`figure text ${short(label)} is ${size.toFixed(1)} px, below ${(minFigure * factor).toFixed(1)}`);
+                break;
+            }
+        }
+    }
+    // numbers stay whole
+    const walker = document.createTreeWalker(slide, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+        const parent = node.parentElement;
+        if (!parent || parent.closest('aside.notes, svg, ' + math) || !shown(parent)) continue;
+        for (const match of node.textContent.matchAll(/[-+−]?\\d[\\d.,]*(?:e[-+−]?\\d+)?%?/gi)) {
+            if (match[0].length < 3) continue;
+            const range = document.createRange();
+            range.setStart(node, match.index);
+            range.setEnd(node, match.index + match[0].length);
+            if (tops(range.getClientRects()) > 1) problems.push(`the number "${match[0]}" is split over two lines`);
+        }
+    }
+    // the content column
+    const cells = all('.jp-Cell');
+    if (cells.length) {
+        const widest = Math.max(...cells.map(cell => cell.getBoundingClientRect().width));
+        if (widest < minColumn * factor) problems.push(`the content column is ${Math.round(widest)} px wide, below ${Math.round(minColumn * factor)}`);
+    }
+    // words of prose
+    let words = 0;
+    for (const box of [...all('.jp-RenderedMarkdown'), ...(slide.matches('.deck-title') ? [slide] : [])]) {
+        const texts = document.createTreeWalker(box, NodeFilter.SHOW_TEXT);
+        for (let node = texts.nextNode(); node; node = texts.nextNode()) {
+            if (node.parentElement.closest('h1, h2, h3, h4, h5, h6, pre, table, aside.notes, ' + math)) continue;
+            words += (node.textContent.match(/\\S*[\\w\\u00C0-\\uFFFF]\\S*/g) || []).length;
+        }
+    }
+    if (words > maxWords) problems.push(`${words} words of prose (at most ${maxWords})`);
+    // a slide shows more than a heading (the title slide may show the title alone)
+    const body = [...(wrapper || slide).querySelectorAll('*')].filter(el => shown(el) && !el.closest('h1, h2, h3, h4, h5, h6'));
+    if (!slide.matches('.deck-title:not(.deck-source)') && !body.some(el => el.matches('img, svg, canvas, .MathJax') || [...el.childNodes].some(n => n.nodeType === 3 && n.textContent.trim())))
+        problems.push('shows nothing but a heading');
+    // a result (an output or a figure) needs notes about it, and a heading or sentence that says what it is
+    const results = all('.jp-OutputArea-output').filter(el => text(el) || el.querySelector('img, svg, canvas'));
+    if (results.length) {
+        const notes = (Reveal.getSlideNotes(slide) || '').replace(/<[^>]*>/g, ' ').trim();
+        if (!notes) problems.push(`shows a result (${short(results[0])}) and has no speaker notes`);
+        const pointer = notes.match(new RegExp(otherSlides, 'i'));
+        if (pointer) problems.push(`its notes point at another slide ("${pointer[0]}")`);
+        if (!all('h1, h2, h3, h4, h5, h6').length && !words && !all('.jp-RenderedMarkdown').some(text))
+            problems.push(`shows a result (${short(results[0])}) without a heading or sentence that says what it is`);
+    }
+    return problems;
 }"""
 
 CONTACT_SHEET = """async ([shots, width, columns, title]) => {
@@ -102,16 +211,19 @@ def open_deck(page, deck) -> None:
     page.add_style_tag(content=".reveal .fragment { transition: none !important; }")  # screenshots without a half-faded fragment
 
 
-def walk_deck(page) -> tuple[list[str], list[str], list[float]]:
+def walk_deck(page, legible: list[str] | None = None) -> tuple[list[str], list[str], list[float]]:
     """Show every slide of the open deck; return the problems ("slide N: ..."), the screenshots (base64)
-    and each slide's scale."""
+    and each slide's scale. With a list `legible`, the legibility problems of each slide go into it."""
     page.evaluate("Reveal.configure({transition: 'none', backgroundTransition: 'none'})")
     indices = page.evaluate("Reveal.getSlides().map(slide => Reveal.getIndices(slide)).map(i => [i.h, i.v || 0])")
     problems, shots, scales = [], [], []
+    limits = [MIN_TEXT_PX, MIN_CODE_PX, MIN_FIGURE_TEXT_PX, MIN_COLUMN_PX, MAX_WORDS, OTHER_SLIDES]
     for number, (h, v) in enumerate(indices, start=1):
         page.evaluate(SHOW, [h, v])
         found = page.evaluate(MEASURE)
         problems += [f"slide {number}: {problem}" for problem in found["problems"][:3]]
+        if legible is not None:
+            legible += [f"slide {number}: {problem}" for problem in dict.fromkeys(page.evaluate(LEGIBLE, limits))]
         scales.append(found["scale"])
         shots.append(base64.b64encode(page.screenshot()).decode())
     return problems, shots, scales
@@ -126,21 +238,45 @@ def save_contact_sheet(browser, shots, path, title) -> None:
     path.write_bytes(base64.b64decode(png))
 
 
+_WALKS: dict = {}  # (lab, size) -> what walking the deck found, shared by the two tests below
+
+
+def walked(lab, size, browser, offline_page, decks, screenshots) -> dict:
+    """Walk the lab's deck at `size` once per session: its fit and legibility problems, requests and errors;
+    save its contact sheet."""
+    key = (lab.stem, size)
+    if key not in _WALKS:
+        page, seen = offline_page["page"], offline_page
+        page.set_viewport_size({"width": size[0], "height": size[1]})
+        open_deck(page, decks[lab.stem])
+        legible = []
+        problems, shots, scales = walk_deck(page, legible)
+        label = f"{size[0]}x{size[1]}"
+        save_contact_sheet(browser, shots, screenshots / f"contact-{lab.stem}-{label}.png",
+                           f"{lab.stem} at {label}: {len(shots)} slides, smallest scale {min(scales):.2f}")
+        _WALKS[key] = {"problems": problems, "legible": legible, "label": label,
+                       "seen": {name: list(seen[name]) for name in ("blocked", "failed", "errors")}}
+    return _WALKS[key]
+
+
 @pytest.mark.parametrize("size", SIZES, ids=lambda size: f"{size[0]}x{size[1]}")
 @pytest.mark.parametrize("lab", all_labs(), ids=lambda lab: lab.stem)
 def test_every_slide_fits(lab, size, browser, offline_page, decks, screenshots):
-    page, seen = offline_page["page"], offline_page
-    page.set_viewport_size({"width": size[0], "height": size[1]})
-    open_deck(page, decks[lab.stem])
-    problems, shots, scales = walk_deck(page)
-    label = f"{size[0]}x{size[1]}"
-    save_contact_sheet(browser, shots, screenshots / f"contact-{lab.stem}-{label}.png",
-                       f"{lab.stem} at {label}: {len(shots)} slides, smallest scale {min(scales):.2f}")
+    found = walked(lab, size, browser, offline_page, decks, screenshots)
+    problems, seen, label = found["problems"], found["seen"], found["label"]
 
     requests = seen["blocked"] + [f for f in seen["failed"] if not f.startswith(LOCAL_PROBES)]
     assert not requests, f"{lab.stem} at {label}: requests that failed or left the machine: {requests}"
     assert not seen["errors"], f"{lab.stem} at {label}: JavaScript errors: {seen['errors']}"
     assert not problems, f"{lab.stem} at {label}: slides that do not fit:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda size: f"{size[0]}x{size[1]}")
+@pytest.mark.parametrize("lab", all_labs(), ids=lambda lab: lab.stem)
+def test_every_slide_is_legible(lab, size, browser, offline_page, decks, screenshots):
+    found = walked(lab, size, browser, offline_page, decks, screenshots)
+    assert not found["legible"], (f"{lab.stem} at {found['label']}: slides hard to read from the back of the room:\n"
+                                  + "\n".join(found["legible"]))
 
 
 # Formulas as the labs write them: inline, display, several per cell, on slides away from the first.
@@ -222,7 +358,8 @@ def teaching_deck(tmp_path_factory):
 def test_notes_cells_are_speaker_notes_in_the_browser(page, teaching_deck):
     open_deck(page, teaching_deck)
     notes = page.evaluate("Reveal.getSlides().map(slide => Reveal.getSlideNotes(slide) || '')")
-    assert [i for i, note in enumerate(notes) if "SAY-THIS-ALOUD" in note] == [2], notes
+    # slides: the title, where the numbers come from, "Intro.", then the slide with the notes
+    assert [i for i, note in enumerate(notes) if "SAY-THIS-ALOUD" in note] == [3], notes
     assert page.locator("aside.notes", has_text="SAY-THIS-ALOUD").count() == 1
     assert not page.get_by_text("SAY-THIS-ALOUD").first.is_visible()
 
@@ -251,3 +388,108 @@ def test_pdf_has_one_page_per_slide(chromium_executable, tmp_path, monkeypatch):
     pdf = tmp_path / f"{lab}.pdf"
     assert slides > 3 and pdf.read_bytes().startswith(b"%PDF")
     assert page_count(pdf) == slides
+
+
+# The print view (what `adapterlab slides --pdf` prints, one page a slide): per page, the problems.
+PRINTED = """async () => {
+    await new Promise(done => window.MathJax ? MathJax.Hub.Queue(done) : done());
+    if (window.fitAll) await fitAll();
+    await new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)));
+    const problems = [];
+    [...document.querySelectorAll('.pdf-page')].forEach((pageBox, index) => {
+        const page = pageBox.getBoundingClientRect(), where = `page ${index + 1}`;
+        for (const bar of pageBox.querySelectorAll('.modebar, .modebar-container'))
+            if (bar.getClientRects().length && getComputedStyle(bar).display !== 'none' && getComputedStyle(bar).visibility !== 'hidden')
+                { problems.push(`${where}: the plotly toolbar is printed`); break; }
+        const content = pageBox.querySelector('.deck-fit');
+        for (const figure of pageBox.querySelectorAll('.js-plotly-plot')) {
+            const width = figure.getBoundingClientRect().width, room = content.getBoundingClientRect().width;
+            if (width < 0.9 * room) problems.push(`${where}: a figure is ${Math.round(100 * width / room)} % of the page's width`);
+            const drawn = figure.querySelector('svg.main-svg');
+            if (drawn && drawn.getBoundingClientRect().right > figure.getBoundingClientRect().right + 1)
+                problems.push(`${where}: a figure is drawn wider than its place (cut)`);
+        }
+        for (const el of pageBox.querySelectorAll('.deck-fit *')) {
+            if (el.closest('aside.notes') || el.ownerSVGElement) continue;
+            const inner = el.parentElement && el.parentElement.closest('.MathJax, .MathJax_Display, .plotly-graph-div');
+            if (inner || el.matches('.js-plotly-plot')) continue;  // a figure: its drawing is checked above
+            const r = el.getBoundingClientRect();
+            if (!r.width && !r.height) continue;
+            if (r.right > page.right + 1 || r.bottom > page.bottom + 1)
+                { problems.push(`${where}: "${(el.textContent || '').trim().slice(0, 40)}" is cut at the page's edge`); break; }
+            if (el.scrollWidth > el.clientWidth + 1 && el.clientWidth > 0 && ['auto', 'scroll', 'hidden'].includes(getComputedStyle(el).overflowX))
+                { problems.push(`${where}: "${(el.textContent || '').trim().slice(0, 40)}" has a scroll bar (cut)`); break; }
+        }
+    });
+    return {pages: document.querySelectorAll('.pdf-page').length, problems};
+}"""
+
+
+@pytest.mark.parametrize("lab", all_labs(), ids=lambda lab: lab.stem)
+def test_the_printed_deck_has_full_width_figures_no_toolbar_and_nothing_cut(lab, page, decks):
+    """The PDF is Chromium printing reveal.js's print view: checked here in that view, page by page."""
+    page.set_viewport_size({"width": 1280, "height": 720})
+    page.goto(decks[lab.stem].as_uri() + "?print-pdf")
+    page.wait_for_function("() => window.Reveal && Reveal.isReady()", timeout=30_000)
+    printed = page.evaluate(PRINTED)
+    assert printed["pages"] == page.evaluate("Reveal.getTotalSlides()"), "one page a slide"
+    assert not printed["problems"], f"{lab.stem}, printed:\n" + "\n".join(printed["problems"])
+
+
+# What the legibility measure must catch: the problems the decks had, put back with a style sheet.
+OLD_LOOK = """
+.reveal h2 { text-transform: uppercase !important; }
+.reveal .jp-Cell pre, .reveal .jp-RenderedText pre { white-space: pre-wrap !important; word-break: break-all !important;
+                                                      font-size: 15px !important; }
+.reveal .jp-RenderedMarkdown p { font-size: 17px !important; }
+.reveal .jp-Cell { max-width: 800px !important; }
+"""
+
+
+@pytest.fixture(scope="module")
+def problem_deck(tmp_path_factory):
+    """A deck whose one result slide has a long code line, a number near a line's end, too many words and
+    no notes."""
+    from adapterlab.slides import export_slides
+
+    folder = tmp_path_factory.mktemp("problems")
+    nb = nbformat.v4.new_notebook()
+    words = " ".join(f"Then word{i} and word{i + 1} follow." for i in range(0, 90, 5))
+    code = nbformat.v4.new_code_cell("value = " + repr("x" * 80))  # no place to break it: it stays 88 characters
+    code.outputs = [nbformat.v4.new_output("stream", name="stdout", text="errors: " + ",".join(["8.6e-05"] * 11) + "\n")]
+    nb.cells = [nbformat.v4.new_markdown_cell("# Problems", metadata={"slideshow": {"slide_type": "slide"}}),
+                nbformat.v4.new_markdown_cell(f"## The step d and σ\n\n{words}", metadata={"slideshow": {"slide_type": "slide"}}),
+                code]
+    nbformat.write(nb, folder / "97_problems.ipynb")
+    [deck] = export_slides([str(folder / "97_problems.ipynb")], folder / "out")
+    return deck
+
+
+def test_the_legibility_measure_reports_each_problem(page, problem_deck):
+    """As built, the deck has no problem; with the old look put back (a style sheet, a wall of text, notes
+    taken away), every kind of problem LEGIBLE looks for is reported."""
+    page.set_viewport_size({"width": 1280, "height": 720})
+    open_deck(page, problem_deck)
+    limits = [MIN_TEXT_PX, MIN_CODE_PX, MIN_FIGURE_TEXT_PX, MIN_COLUMN_PX, MAX_WORDS, OTHER_SLIDES]
+    slides = page.evaluate("Reveal.getSlides().map(slide => Reveal.getIndices(slide)).map(i => [i.h, i.v || 0])")
+
+    def problems() -> list[str]:
+        found = []
+        for indices in slides:
+            page.evaluate(SHOW, indices)
+            found += page.evaluate(LEGIBLE, limits)
+        return found
+
+    assert problems() == []
+    page.add_style_tag(content=OLD_LOOK)
+    page.evaluate("""() => {
+        document.querySelectorAll('aside.notes').forEach(notes => notes.remove());
+        const paragraph = document.querySelector('.jp-RenderedMarkdown p');
+        paragraph.textContent += ' and more words'.repeat(30);
+        document.querySelectorAll('.deck-source p').forEach(line => line.remove());  // a heading alone
+    }""")
+    found = "\n".join(problems())
+    for expected in ("text-transform uppercase", "(it wraps)", "block \"value", "px, below 18.0", "px, below 24.0",
+                     "content column is", "the number \"8.6e-05\" is split", "words of prose (at most",
+                     "and has no speaker notes", "shows nothing but a heading"):
+        assert expected in found, f"not reported: {expected!r} in\n{found}"
