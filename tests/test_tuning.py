@@ -121,3 +121,24 @@ def test_a_small_protocol_trains_each_run_once_and_the_table_reports_dev_at_the_
         selected = [r for r in records if r["key"]["settings"]["method"] == row["method"]
                     and r["key"]["settings"]["peak_learning_rate"] == row["rate"]]
         assert sorted(r["best_metric"] for r in selected) == sorted(row["values"])
+
+
+def test_a_stopped_run_stops_the_protocol_and_is_not_stored(monkeypatch, tmp_path):
+    """Ctrl-C or SIGTERM inside a run ends the protocol (the run is not stored) instead of starting it again."""
+    from adapterlab import training
+
+    monkeypatch.setitem(PROTOCOLS, "sst2", Protocol("sst2", validation_rows=40, max_train=64, epochs=1.0, eval_every=2))
+    real, calls = training.run_experiment, []
+
+    def stopped(*args, **kwargs):
+        calls.append(1)
+        result = real(*args, **kwargs)
+        result.interrupted = True
+        return result
+
+    monkeypatch.setattr(training, "run_experiment", stopped)
+    store = RunStore(tmp_path / "store")
+    with pytest.raises(KeyboardInterrupt):
+        tuning.run_protocol("sst2", stores=[store], backbone=TINY, points=(Point("head only", "head"),),
+                            poll_seconds=0.01, log=lambda *a: None)
+    assert calls == [1] and store.records() == []
