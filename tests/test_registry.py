@@ -25,7 +25,6 @@ from adapterlab.runs.store import key_settings
 from adapterlab.training import TrainConfig
 from adapterlab.training.backbones import TINY, load_backbone
 
-from conftest import tiny_bert_config
 
 FAST = ["--backbone", TINY, "--batch-size", "16", "--max-train", "64", "--max-eval", "32", "--no-progress", "--steps", "3"]
 
@@ -97,9 +96,9 @@ def test_every_training_subcommand_takes_the_same_settings_under_the_same_names(
 
 
 @pytest.fixture
-def classifier():
+def classifier(bert_config):
     torch.manual_seed(0)
-    return BertForSequenceClassification(tiny_bert_config()).eval()
+    return BertForSequenceClassification(bert_config).eval()
 
 
 def outputs(model, batch):
@@ -108,7 +107,7 @@ def outputs(model, batch):
     return torch.cat([out.hidden_states[-1].flatten(), out.logits.flatten()])
 
 
-def test_ia3_starts_as_the_backbone_and_merges_exactly(classifier, batch):
+def test_ia3_starts_as_the_backbone_and_merges_exactly(classifier, batch, bert_config):
     before = outputs(classifier, batch)
     methods.apply_method(classifier, "ia3")
     assert torch.equal(outputs(classifier, batch), before)  # vectors of ones
@@ -118,14 +117,14 @@ def test_ia3_starts_as_the_backbone_and_merges_exactly(classifier, batch):
                 parameter.uniform_(0.5, 1.5)
     changed = outputs(classifier, batch)
     assert (changed - before).abs().max() > 5e-3  # three orders above the merge tolerance below
-    reference = BertForSequenceClassification(tiny_bert_config())
+    reference = BertForSequenceClassification(bert_config)
     merged = merge_ia3(classifier)
     assert [n for n, _ in merged.named_parameters()] == [n for n, _ in reference.named_parameters()]
     assert torch.allclose(outputs(merged, batch), changed, atol=1e-5)
 
 
-def test_ia3_counts_in_closed_form_and_saves_only_its_vectors(classifier, tmp_path):
-    config = tiny_bert_config()
+def test_ia3_counts_in_closed_form_and_saves_only_its_vectors(classifier, tmp_path, bert_config):
+    config = bert_config
     methods.apply_method(classifier, "ia3")
     summary = trainable_summary(classifier)
     assert summary.trainable["adapters"] == method_counts(config, "ia3")["adapters"] == \
@@ -136,7 +135,7 @@ def test_ia3_counts_in_closed_form_and_saves_only_its_vectors(classifier, tmp_pa
             parameter.uniform_(0.5, 1.5)
     save_adapter_set(classifier, tmp_path / "set")
     torch.manual_seed(0)  # the classifier fixture's backbone again, vectors at one
-    fresh = BertForSequenceClassification(tiny_bert_config()).eval()
+    fresh = BertForSequenceClassification(config).eval()
     load_adapter_set(fresh, tmp_path / "set")
     assert fresh.state_dict().keys() == classifier.state_dict().keys()
     assert all(torch.equal(fresh.state_dict()[n], t) for n, t in classifier.state_dict().items())

@@ -1,0 +1,236 @@
+"""A fair comparison: every method tuned on a validation split, then trained over seeds at its selected rate.
+
+Two methods compared at one shared recipe compare the recipe, not the methods: a rate that suits adapters
+starves full fine-tuning, and a few hundred steps leave slow learners at the majority class. The protocol
+(:data:`PROTOCOLS`, :data:`POINTS`), as ``adapterlab tune`` runs it:
+
+1. **Validation.** Rows carved out of each task's training split (the same rows for every run,
+   :func:`adapterlab.training.data.carve_validation`) choose everything: the evaluation step each run keeps
+   and each method's learning rate. The dev set only reports.
+2. **Long enough.** One pass over 20,000 SST-2 rows, three epochs of CoLA, with the validation curve every
+   ``eval_every`` steps to show the plateau.
+3. **Each method its own rate.** Seed 0 over the method's grid (declared with the method,
+   :mod:`adapterlab.methods`); a best rate at the grid's edge extends the grid one step beyond it. Where the
+   science allows, points share a rate (the bottleneck sizes share the rate chosen at r = 64, the top-k
+   depths the rate chosen at k = 2), which keeps the whole protocol within a few hours of a 2-core laptop.
+4. **Seeds.** The selected rate over seeds 0, 1, 2; the table reports dev mean ± sample spread.
+
+Every run goes into the run store as it finishes, so a stopped protocol resumes, and ``--shard I/N`` splits
+it over processes: each run has one owner shard (by its key), and a shard waits for the other's runs only
+where a selection needs them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import time
+from dataclasses import dataclass
+
+from .. import methods
+from ..training import TrainConfig
+from ..training.backbones import expected_backbone
+from ..training.experiment import load_splits
+from .store import RunStore, find, run_key, run_or_load, summarize
+
+#: Seeds of the reported runs; the grid is searched on the first.
+SEEDS = (0, 1, 2)
+#: How many steps a grid may grow beyond an edge before the protocol gives up and says so.
+MAX_EXTENSIONS = 2
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """What every tuned run of a task shares: its rows, its length, when it evaluates."""
+
+    task: str
+    validation_rows: int
+    max_train: int | None
+    epochs: float
+    eval_every: int
+
+    def base(self, **settings) -> TrainConfig:
+        return TrainConfig(validation_rows=self.validation_rows, epochs=self.epochs, eval_every=self.eval_every,
+                           batch_size=32, precision="fp32", train_pooler=True, progress=False, **settings)
+
+
+#: SST-2: 1,000 validation rows, one pass over 20,000 of the rest (625 steps), evaluated every 125 steps.
+#: CoLA: 800 validation rows, three epochs over the other 7,751 (729 steps), evaluated every 81 steps.
+PROTOCOLS = {
+    "sst2": Protocol("sst2", validation_rows=1000, max_train=20_000, epochs=1.0, eval_every=125),
+    "cola": Protocol("cola", validation_rows=800, max_train=None, epochs=3.0, eval_every=81),
+}
+
+
+@dataclass(frozen=True)
+class Point:
+    """One point of the comparison: a method at some settings, tuned itself or sharing the rate of ``rate_of``."""
+
+    label: str
+    method: str
+    settings: tuple = ()
+    rate_of: str | None = None
+
+    def config(self, protocol: Protocol, **changes) -> TrainConfig:
+        return protocol.base(method=self.method, **dict(self.settings), **changes)
+
+
+def lora_point(rank: int, rate_of: str | None = None) -> Point:
+    """LoRA on query and value at rank r with α = 2r: the update's scale α/r = 2 at every rank, as the LoRA
+    paper's α = r keeps it fixed, so one rate serves every r."""
+    return Point(f"LoRA r={rank}", "lora", (("lora_rank", rank), ("lora_alpha", 2.0 * rank)), rate_of)
+
+
+POINTS = (
+    Point("Houlsby r=64", "houlsby", (("bottleneck", 64),)),
+    *(Point(f"Houlsby r={r}", "houlsby", (("bottleneck", r),), "Houlsby r=64") for r in (2, 8, 32, 256)),
+    Point("Pfeiffer r=64", "pfeiffer", (("bottleneck", 64),)),
+    Point("Parallel r=64", "parallel", (("bottleneck", 64),)),
+    lora_point(8),
+    lora_point(64),
+    Point("top-2 layers", "top_k", (("top_k", 2),)),
+    *(Point(f"top-{k} layers", "top_k", (("top_k", k),), "top-2 layers") for k in (1, 3)),
+    Point("LayerNorm only", "layernorm"),
+    Point("BitFit", "bitfit"),
+    Point("head only", "head"),
+    Point("full fine-tuning", "full"),
+)
+
+
+def _neighbour(grid: list[float], upward: bool) -> float:
+    """One step beyond the grid's edge, by the ratio of the two values at that edge."""
+    a, b = (grid[-2], grid[-1]) if upward else (grid[1], grid[0])
+    return float(f"{b * (b / a):.1g}")
+
+
+@dataclass
+class Selection:
+    """The seed-0 runs over a point's grid and what they select: ``rate`` (None while runs are missing),
+    ``at_edge`` when the best rate is still at an edge the protocol may not extend further."""
+
+    point: Point
+    grid: list
+    scores: dict
+    rate: float | None
+    at_edge: bool = False
+
+
+def select(point: Point, protocol: Protocol, lookup) -> tuple[Selection, list[TrainConfig]]:
+    """The selection for a tuned point, and the seed-0 configs it still needs (``lookup(config)`` gives a
+    stored record or None). The grid grows one step past an edge whose rate is best, up to MAX_EXTENSIONS."""
+    grid = sorted(methods.get(point.method).learning_rates)
+    for _ in range(MAX_EXTENSIONS + 1):
+        configs = [point.config(protocol, learning_rate=rate, seed=SEEDS[0]) for rate in grid]
+        records = [lookup(config) for config in configs]
+        needed = [config for config, record in zip(configs, records) if record is None]
+        if needed:
+            return Selection(point, grid, {}, None), needed
+        scores = {rate: validation_score(record) for rate, record in zip(grid, records)}
+        best = max(grid, key=lambda rate: (scores[rate], -rate))
+        if best not in (grid[0], grid[-1]) or len(grid) - len(methods.get(point.method).learning_rates) \
+                >= MAX_EXTENSIONS:
+            return Selection(point, grid, scores, best, at_edge=best in (grid[0], grid[-1])), []
+        grid = sorted([*grid, _neighbour(grid, upward=best == grid[-1])])
+    raise AssertionError("unreachable")
+
+
+def validation_score(record: dict) -> float:
+    """What a tuned run is chosen by: its validation score at the step it kept (a diverged run: -inf)."""
+    value = record.get("validation_metric")
+    return -math.inf if value is None or record.get("status") == "diverged" else value
+
+
+def plan(protocol: Protocol, lookup, points=POINTS) -> tuple[list[TrainConfig], list[TrainConfig], dict]:
+    """The runs the protocol can start now, the runs it waits on (their rate is not selected yet), and each
+    point's selection so far."""
+    by_label = {point.label: point for point in points}
+    selections, ready, waiting = {}, [], []
+    for point in points:
+        if point.rate_of is None:
+            selection, needed = select(point, protocol, lookup)
+            selections[point.label] = selection
+            ready += needed
+    for point in points:
+        rate = selections[point.rate_of or point.label].rate if (point.rate_of or point.label) in selections else None
+        if point.rate_of is not None:
+            selections[point.label] = Selection(point, [], {}, rate)
+        seeds_configs = [point.config(protocol, learning_rate=rate, seed=seed) for seed in SEEDS] if rate else []
+        if rate is None:
+            waiting.append(point)
+        ready += [config for config in seeds_configs if lookup(config) is None]
+    unique = list({_identity(config): config for config in ready}.values())
+    return unique, waiting, selections
+
+
+def _identity(config: TrainConfig) -> str:
+    return repr(sorted(dataclasses.asdict(config).items()))
+
+
+def owner(config: TrainConfig, count: int) -> int:
+    """The shard (1..count) that trains a run: fixed by its settings, the same in every shard's process."""
+    digest = hashlib.sha256(_identity(config).encode()).digest()
+    return int.from_bytes(digest[:4], "big") % count + 1
+
+
+def stored_lookup(task: str, stores: list[RunStore], backbone: str, data_dir=None):
+    """``lookup(config)``: the stored record of a tuned run, or None (the rows read once per seed)."""
+    protocol = PROTOCOLS[task]
+    splits = {}
+
+    def lookup(config):
+        if config.seed not in splits:
+            splits[config.seed] = load_splits(task, data_dir, protocol.max_train, None, config.seed,
+                                              protocol.validation_rows)
+        train, dev, validation = splits[config.seed]
+        found = find(run_key(task, config, expected_backbone(backbone), train, dev, config.precision, validation), stores)
+        return None if found is None else found.record
+
+    return lookup
+
+
+def tuned_rows(task: str, stores: list[RunStore], backbone: str, data_dir=None, points=POINTS) -> list[dict]:
+    """One row per point: its selected rate, the seed-0 validation score of every rate tried, and the dev
+    mean ± sample spread over the seeds stored at that rate (labs 6, 7 and 10 read these)."""
+    protocol = PROTOCOLS[task]
+    lookup = stored_lookup(task, stores, backbone, data_dir)
+    _, _, selections = plan(protocol, lookup, points)
+    rows = []
+    for point in points:
+        selection = selections[point.label]
+        tuned = selections[point.rate_of] if point.rate_of else selection
+        records = [lookup(point.config(protocol, learning_rate=selection.rate, seed=seed)) for seed in SEEDS] \
+            if selection.rate else []
+        found = [record for record in records if record is not None]
+        summary = summarize(found, by=())[0] if found else {"mean": math.nan, "std": math.nan, "n": 0, "values": []}
+        rows.append({"label": point.label, "method": point.method, "rate": selection.rate,
+                     "rate_of": point.rate_of, "grid": dict(tuned.scores), "at_edge": tuned.at_edge,
+                     "mean": summary["mean"], "std": summary["std"], "n": summary["n"], "values": summary["values"],
+                     "trained_parameters": found[0].get("trained_parameters") if found else None})
+    return rows
+
+
+def run_protocol(task: str, *, stores: list[RunStore], shard: tuple[int, int] = (1, 1), backbone: str,
+                 data_dir=None, points=POINTS, poll_seconds: float = 30.0, on_run=None, log=print) -> dict:
+    """Train this shard's share of the protocol until every point has its seeds (see the module docstring);
+    return the selections. ``on_run(lookup)`` follows each run trained or found."""
+    protocol = PROTOCOLS[task]
+    args = dict(backbone=backbone, data_dir=data_dir, max_train=protocol.max_train)
+    lookup = stored_lookup(task, stores, backbone, data_dir)
+
+    while True:
+        ready, waiting, selections = plan(protocol, lookup, points)
+        mine = [config for config in ready if owner(config, shard[1]) == shard[0]]
+        if mine:
+            config = mine[0]
+            log(f"tune {task} shard {shard[0]}/{shard[1]}: {config.method} lr {config.peak_learning_rate:g} "
+                f"seed {config.seed} ({len(mine)} of this shard's runs ready, {len(ready)} in all)")
+            lookup_result = run_or_load(task, config, stores=stores, **args)
+            if lookup_result.result is not None and lookup_result.result.interrupted:
+                raise KeyboardInterrupt  # Ctrl-C or SIGTERM stopped the run: it is not stored, and the protocol stops
+            if on_run is not None:
+                on_run(lookup_result)
+            continue
+        if not ready and not waiting:
+            return selections
+        time.sleep(poll_seconds)  # the other shard holds the runs a selection waits on
