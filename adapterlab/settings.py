@@ -106,7 +106,7 @@ class Setting:
             return self.parse(text)
         except ValueError as error:  # named by its flag, as the command line spells it
             message = str(error)
-            if message.startswith(f"{self.name} "):
+            if self.flags[0] == f"--{self.name}" and message.startswith(f"{self.name} "):
                 message = self.flags[0] + message[len(self.name):]
             raise argparse.ArgumentTypeError(message) from None
 

@@ -159,8 +159,8 @@ class TrainingPanel:
         returns the data and a fresh copy of the backbone as it was loaded (training changes the copy)."""
         key = (getattr(task, "name", task), backbone, str(data_dir), max_train, max_eval, fallback, seed, validation_rows)
         if key not in self._loaded:
-            self._loaded[key] = load_experiment(task, backbone, data_dir, max_train, max_eval, fallback, seed,
-                                                validation_rows=validation_rows)
+            split = {} if validation_rows is None else {"validation_rows": validation_rows}
+            self._loaded[key] = load_experiment(task, backbone, data_dir, max_train, max_eval, fallback, seed, **split)
         pristine = self._loaded[key]
         return dataclasses.replace(pristine, model=copy.deepcopy(pristine.model))
 

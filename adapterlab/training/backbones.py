@@ -140,6 +140,9 @@ def _from_pretrained(source: str, num_labels: int, seed: int, local_files_only: 
         model, loading = AutoModelForSequenceClassification.from_pretrained(
             source, num_labels=num_labels, local_files_only=local_files_only, output_loading_info=True,
             use_safetensors=True,
+            # Where peft is installed, transformers also looks for an adapter_config.json, and that look-up does
+            # not inherit local_files_only: an offline load would still ask the hub.
+            adapter_kwargs={"local_files_only": local_files_only},
         )
         tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local_files_only)
     unexpected_new = sorted(k for k in loading["missing_keys"] if not k.startswith("classifier."))
