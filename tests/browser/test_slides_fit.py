@@ -432,10 +432,11 @@ def test_the_printed_deck_has_full_width_figures_no_toolbar_and_nothing_cut(lab,
     page.goto(decks[lab.stem].as_uri() + "?print-pdf")
     page.wait_for_function("() => window.Reveal && Reveal.isReady()", timeout=30_000)
     printed = page.evaluate(PRINTED)
-    for _ in range(3):  # MathJax may still be laying a formula out when the fitter first measures it: a cut
-        if not printed["problems"]:  # that is really there is there on every look
+    for _ in range(5):  # MathJax or plotly may still be laying a page out when the fitter first measures it:
+        if not printed["problems"]:  # a cut that is really there is there on every look
             break
-        page.wait_for_timeout(1_000)
+        page.evaluate("() => window.dispatchEvent(new Event('resize'))")  # plotly lays its figures out again
+        page.wait_for_timeout(2_000)
         printed = page.evaluate(PRINTED)
     assert printed["pages"] == page.evaluate("Reveal.getTotalSlides()"), "one page a slide"
     assert not printed["problems"], f"{lab.stem}, printed:\n" + "\n".join(printed["problems"])

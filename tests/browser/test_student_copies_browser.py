@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -110,25 +109,15 @@ def student_lab_server(copies, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def student_browser(student_lab_server, tmp_path_factory):
-    """A headless Chromium with a fresh profile."""
-    from playwright.sync_api import sync_playwright
-
-    profile = tmp_path_factory.mktemp("chromium-student-profile")
-    with sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            profile, executable_path=str(CHROMIUM), headless=True, viewport={"width": 1280, "height": 900},
-            args=["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync"],
-        )
-        yield context
-        context.close()
-    shutil.rmtree(profile, ignore_errors=True)
+def student_browser(student_lab_server, browser):
+    """The session's headless Chromium (one Playwright per process: a second one cannot start beside it)."""
+    return browser
 
 
 @pytest.fixture
 def student_page(student_browser):
     page = student_browser.new_page()
+    page.set_viewport_size({"width": 1280, "height": 900})
     page.set_default_timeout(90_000)
     yield page
     page.close()
