@@ -2,8 +2,10 @@
 
 An instructor who cannot run a browser deck in the lecture hall (a locked-down room PC, a
 handout) needs a PDF. reveal.js lays a deck out for printing when its URL asks for
-``?print-pdf``; Chromium's ``--print-to-pdf`` prints that view from the deck file, after giving
-MathJax and plotly.js time to draw. Instructors run it as ``adapterlab slides --pdf``.
+``?print-pdf``; Playwright drives the Chromium installed here (no browser download) to open that
+view, waits until reveal.js, MathJax and the deck's fitter say they are done, checks that there is
+one page per slide, and prints. Waiting for those signals, not for a fixed time, is what makes the
+PDF the same on a busy machine as on a quiet one. Instructors run it as ``adapterlab slides --pdf``.
 """
 
 from __future__ import annotations
@@ -11,12 +13,21 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
-DRAW_BUDGET_MS = 30_000  # virtual time for reveal.js, MathJax and plotly.js to finish before printing
-TIMEOUT_S = 300
+TIMEOUT_MS = 300_000  # for the deck to load, typeset and lay out its print view
+VIEWPORT = {"width": 1280, "height": 720}  # the deck's own size: the print view lays out a page per slide at it
+ARGS = ["--disable-gpu", "--no-first-run", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync"]
+#: In the print view: wait for MathJax's queue and the deck's fitter, then for two frames; count the pages.
+LAID_OUT = """async () => {
+    await new Promise(done => window.MathJax && MathJax.Hub ? MathJax.Hub.Queue(done) : done());
+    if (window.fitAll) await fitAll();
+    await new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)));
+    return document.querySelectorAll('.pdf-page').length;
+}"""
 _PAGE = re.compile(rb"/Type\s*/Page(?![a-zA-Z])")
 _SECTION = re.compile(r"<section\b|</section>")
 
@@ -57,34 +68,41 @@ def page_count(pdf: Path | str) -> int:
 def deck_to_pdf(deck: Path | str, chromium: str | None = None) -> Path:
     """Print `deck` (an exported .slides.html) to the .pdf beside it, one page per slide; return the PDF's path.
 
-    Chromium sometimes prints before reveal.js has laid out the print view (one blank page): a PDF
-    whose page count is not the deck's slide count is printed once more with twice the time.
+    The printing runs in a thread of its own: Playwright's synchronous API refuses a thread whose asyncio
+    loop is running, as a Jupyter kernel's is.
     """
     deck = Path(deck).resolve()
+    chromium = chromium or find_chromium()
+    with ThreadPoolExecutor(max_workers=1) as worker:
+        return worker.submit(_print, deck, chromium).result()
+
+
+def _print(deck: Path, chromium: str) -> Path:
     pdf = deck.with_name(deck.name.removesuffix(".slides.html") + ".pdf")
     slides = slide_count(deck.read_text(encoding="utf-8"))
-    chromium = chromium or find_chromium()
-    for budget in (DRAW_BUDGET_MS, 2 * DRAW_BUDGET_MS):
-        _print(chromium, deck, pdf, budget)
-        if page_count(pdf) == slides:
-            return pdf
-    raise PdfError(f"Chromium printed {deck.name} on {page_count(pdf)} pages instead of {slides}; "
-                   "open the deck with ?print-pdf in Chromium and print it from there")
-
-
-def _print(chromium: str, deck: Path, pdf: Path, budget_ms: int) -> None:
-    command = [
-        chromium, "--headless", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-        "--disable-component-update", "--no-pdf-header-footer", "--run-all-compositor-stages-before-draw",
-        f"--virtual-time-budget={budget_ms}", f"--print-to-pdf={pdf}", deck.as_uri() + "?print-pdf",
-    ]
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        command.insert(2, "--no-sandbox")  # Chromium refuses to run as root with its sandbox
-    pdf.unlink(missing_ok=True)
     try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        raise PdfError(f"Chromium did not print {deck.name} within {TIMEOUT_S} s; try again on a less busy machine") from None
-    if not pdf.is_file():
-        last = (result.stderr.strip().splitlines() or ["no message"])[-1]
-        raise PdfError(f"Chromium could not print {deck.name} (exit {result.returncode}: {last})")
+        from playwright.sync_api import Error, sync_playwright
+    except ImportError:
+        raise PdfError("PDF slides need the playwright package (pip install playwright); it drives the Chromium "
+                       "installed here, no browser download") from None
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=chromium, args=ARGS)
+            try:
+                page = browser.new_page(viewport=VIEWPORT)
+                page.set_default_timeout(TIMEOUT_MS)
+                page.goto(deck.as_uri() + "?print-pdf")
+                page.wait_for_function("() => window.Reveal && Reveal.isReady()")
+                pages = page.evaluate(LAID_OUT)
+                if pages != slides:
+                    raise PdfError(f"the print view of {deck.name} has {pages} pages for its {slides} slides; "
+                                   "open the deck with ?print-pdf in Chromium and print it from there")
+                pdf.unlink(missing_ok=True)
+                page.pdf(path=str(pdf), prefer_css_page_size=True, print_background=True)
+            finally:
+                browser.close()
+    except Error as error:
+        reason = (str(error).strip().splitlines() or ["no message"])[0]
+        raise PdfError(f"Chromium could not print {deck.name} ({reason}); try again, or open the deck with "
+                       "?print-pdf in Chromium and print it from there") from None
+    return pdf

@@ -16,7 +16,10 @@ exactly once: the rendered formulas of each markdown cell are counted against th
 from __future__ import annotations
 
 import base64
+import os
 import re
+import subprocess
+import sys
 
 import nbformat
 import pytest
@@ -376,18 +379,38 @@ def test_a_prediction_is_a_slide_whose_next_fragment_is_the_reveal(page, teachin
     assert "visible" in answer.get_attribute("class")
 
 
-def test_pdf_has_one_page_per_slide(chromium_executable, tmp_path, monkeypatch):
-    """`adapterlab slides LAB --pdf` prints the deck through reveal.js's print view, one page per slide."""
-    from adapterlab.cli import main
+def test_pdf_has_one_page_per_slide(chromium_executable, tmp_path):
+    """`adapterlab slides LAB --pdf` prints the deck through reveal.js's print view, one page per slide.
+
+    Run as an instructor runs it, in a process of its own (this one's Playwright serves the other tests)."""
     from adapterlab.slides_pdf import page_count, slide_count
 
     lab = all_labs()[0].stem  # the setup lab: short, with a figure
-    monkeypatch.setenv("ADAPTERLAB_CHROMIUM", chromium_executable)
-    assert main(["slides", lab[:2], "--out", str(tmp_path), "--pdf"]) == 0
+    environment = {**os.environ, "ADAPTERLAB_CHROMIUM": chromium_executable}
+    done = subprocess.run([sys.executable, "-m", "adapterlab", "slides", lab[:2], "--out", str(tmp_path), "--pdf"],
+                          env=environment, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
     slides = slide_count((tmp_path / f"{lab}.slides.html").read_text(encoding="utf-8"))
     pdf = tmp_path / f"{lab}.pdf"
     assert slides > 3 and pdf.read_bytes().startswith(b"%PDF")
     assert page_count(pdf) == slides
+
+
+def test_a_deck_prints_from_a_thread_whose_event_loop_runs(chromium_executable, tmp_path, monkeypatch):
+    """A Jupyter kernel's thread runs an asyncio loop, which Playwright's synchronous API refuses: printing from
+    a notebook (here: from inside `asyncio.run`, beside this process's own Playwright) still gives every page."""
+    import asyncio
+
+    from adapterlab.slides import export_slides
+    from adapterlab.slides_pdf import page_count, slide_count
+
+    monkeypatch.setenv("ADAPTERLAB_CHROMIUM", chromium_executable)
+
+    async def export_in_the_loop():
+        return export_slides([all_labs()[0].stem[:2]], tmp_path, pdf=True)
+
+    deck, pdf = asyncio.run(export_in_the_loop())
+    assert page_count(pdf) == slide_count(deck.read_text(encoding="utf-8")) > 3
 
 
 # The print view (what `adapterlab slides --pdf` prints, one page a slide): per page, the problems.
