@@ -2,11 +2,12 @@
 
 One seed's ablation on 300 sentences cannot tell a 2-point difference from noise, so lab 8 draws its
 conclusions from the stored ablations of the reference runs (:mod:`adapterlab.ablation_runs`, made with
-``adapterlab ablate``) and from a control the paper did not run: the classifier retrained on the bare
-backbone (method "head", stored by ``adapterlab sweep``). "All adapters off" scores the trained head on
-features it was not trained on; the control says what the backbone's own features are worth with a head
-that fits them. Together they separate "the backbone alone is already a good feature extractor" from
-"the adapters carry the task".
+``adapterlab ablate``) and from a control the paper did not run. "All adapters off" is not the pretrained
+model: it keeps everything else the adapted run trained (the LayerNorms, the head and, where it trains, the
+pooler) and scores it on features without the adapters it was trained with. The control trains exactly those
+parts, with no adapters ever (method "layernorm" at the same settings, stored by ``adapterlab sweep``): what
+the backbone is worth when everything but the adapters may fit it. Together they separate "the backbone with
+its LayerNorms and head is already good" from "the adapters carry the task".
 
 Every claim is a boolean computed from the stored numbers (:meth:`StoredAblations.claims`); a claim that
 cannot be computed because runs are missing is None, and :meth:`StoredAblations.missing` names the
@@ -43,14 +44,18 @@ SINGLE_LAYER_COST = 0.02
 #: "About the majority class": the paper's all-off cells were within a point or two of it.
 NEAR_MAJORITY = 0.05
 
+#: The control: the method that trains what "all adapters off" keeps trained (LayerNorms, head, the pooler where
+#: the settings train it), with no adapters; and how lab 8 names it.
+CONTROL_METHOD = "layernorm"
+CONTROL_WHAT = "no adapters, the LayerNorms, head and pooler trained"
 #: What each claim of :meth:`StoredAblations.claims` says, as lab 8 prints it.
 CLAIMS = {
     "one_layer_costs_little": "any one layer's adapters off costs under 2 points",
     "lower_matter_less": "the lower half off costs less than the upper half off, beyond the spread",
     "all_off_near_majority": "every adapter off lands within 5 points of the majority class",
-    "backbone_alone_is_good": "a head retrained on the bare backbone recovers over half the adapters' gain",
-    "adapters_beat_head": "the adapted model beats the retrained head, beyond the spread",
-    "all_off_below_head": "every adapter off scores below the retrained head, beyond the spread",
+    "control_recovers_most": "the control (no adapters, the rest trained) recovers over half the adapters' gain",
+    "adapters_beat_control": "the adapted model beats the control, beyond the spread",
+    "all_off_below_control": "every adapter off scores below the control, beyond the spread",
 }
 #: The shape of the paper's Figure 6 (left and centre), as summarised in the course's paper notes.
 PAPER_SHAPE = {
@@ -66,10 +71,10 @@ PAPER_SHAPE = {
 
 @dataclass
 class StoredAblations:
-    """The stored span ablations of one setting over seeds and the head-only control (lab 8).
+    """The stored span ablations of one setting over seeds and the control beside them (lab 8).
 
     ``summary`` is None unless at least two seeds are stored; ``missing_seeds`` are those not stored.
-    ``head`` is the control's row: the best dev metric of the classifier retrained on the bare backbone.
+    ``control`` is the control's row: the best dev metric of :data:`CONTROL_METHOD` at the same settings.
     """
 
     task: str
@@ -79,7 +84,7 @@ class StoredAblations:
     backbone: str
     summary: AblationSummary | None
     missing_seeds: tuple
-    head: SeedRow
+    control: SeedRow
 
     # -- the numbers the claims compare ------------------------------------------------------------
 
@@ -96,7 +101,7 @@ class StoredAblations:
     def trained_row(self) -> SeedRow:
         """The adapted runs' own best dev metric (all dev rows, like the control), from the stored ablations."""
         values = tuple(self.summary.trained)
-        return dataclasses.replace(self.head, label=self.config.method, config=self.config, values=values,
+        return dataclasses.replace(self.control, label=self.config.method, config=self.config, values=values,
                                    seeds=tuple(self.summary.seeds), missing=self.missing_seeds, diverged=0,
                                    mean=float(np.mean(values)), std=float(np.std(values, ddof=1)))
 
@@ -109,11 +114,11 @@ class StoredAblations:
         * ``lower_matter_less``: the lower half off scores above the upper half off by more than the larger
           of their spreads over seeds (the paper's shape);
         * ``all_off_near_majority``: every adapter off lands within NEAR_MAJORITY of the majority class;
-        * ``backbone_alone_is_good``: the retrained head recovers more than half of what the adapters gain
-          over the majority class;
-        * ``adapters_beat_head``: the adapted model scores above the retrained head by more than the spread;
-        * ``all_off_below_head``: every adapter off scores below the retrained head by more than the spread:
-          the trained head relies on adapted features.
+        * ``control_recovers_most``: the control recovers more than half of what the adapters gain over the
+          majority class;
+        * ``adapters_beat_control``: the adapted model scores above the control by more than the spread;
+        * ``all_off_below_control``: every adapter off scores below the control by more than the spread: the
+          trained LayerNorms and head rely on adapted features.
         """
         names = tuple(CLAIMS)
         if self.summary is None:
@@ -126,15 +131,15 @@ class StoredAblations:
             "lower_matter_less": bool(lower.mean() - upper.mean() > max(lower.std(ddof=1), upper.std(ddof=1))),
             "all_off_near_majority": bool(abs(s.all_removed.mean() - majority) < NEAR_MAJORITY),
         }
-        head = self.head
-        if head.n < 2:
+        control = self.control
+        if control.n < 2:
             return out | dict.fromkeys(names[3:])
         trained = self.trained_row()
         all_off = s.all_removed
         return out | {
-            "backbone_alone_is_good": bool(head.mean - majority > 0.5 * (trained.mean - majority)),
-            "adapters_beat_head": bool(trained.mean - head.mean > max(trained.std, head.std)),
-            "all_off_below_head": bool(head.mean - all_off.mean() > max(all_off.std(ddof=1), head.std)),
+            "control_recovers_most": bool(control.mean - majority > 0.5 * (trained.mean - majority)),
+            "adapters_beat_control": bool(trained.mean - control.mean > max(trained.std, control.std)),
+            "all_off_below_control": bool(control.mean - all_off.mean() > max(all_off.std(ddof=1), control.std)),
         }
 
     # -- what a lab prints -------------------------------------------------------------------------
@@ -151,7 +156,7 @@ class StoredAblations:
         return "\n".join(lines)
 
     def beside_the_paper(self) -> str:
-        """The paper's shape and ours, one line each, with the head-only control under "all off"."""
+        """The paper's shape and ours, one line each, with the control under "all off"."""
         s = self.summary
         lower, upper = self.halves()
         n = s.scores.shape[1]
@@ -164,9 +169,9 @@ class StoredAblations:
         lines = []
         for name, paper in PAPER_SHAPE.items():
             lines += [f"{paper.what}:", f"    paper ({paper.source}): {paper.value}", f"    ours: {ours[name]}"]
-        control = (f"{_show(np.array(self.head.values))} (best score on every dev row; the adapted model there: "
-                   f"{_show(np.array(self.trained_row().values))})" if self.head.n > 1 else "not stored")
-        lines.append(f"    control, the head retrained on the bare backbone: {control}")
+        control = (f"{_show(np.array(self.control.values))} (best score on every dev row; the adapted model "
+                   f"there: {_show(np.array(self.trained_row().values))})" if self.control.n > 1 else "not stored")
+        lines.append(f"    control, {CONTROL_WHAT}: {control}")
         return "\n".join(lines)
 
     def claim_lines(self, names) -> str:
@@ -184,9 +189,9 @@ class StoredAblations:
                          "are skipped):")
             lines.append("  " + ablate_command_line(self.task, self.config, self.seeds, self.eval_rows,
                                                     backbone=self.backbone))
-        if self.head.missing:
-            lines += ["head-only control: " + line for line in missing_report(self.task, [self.head],
-                                                                              self.backbone).splitlines()]
+        if self.control.missing:
+            lines += ["control: " + line for line in missing_report(self.task, [self.control],
+                                                                    self.backbone).splitlines()]
         return "\n".join(lines)
 
 
@@ -197,7 +202,7 @@ def _show(values: np.ndarray) -> str:
 def read_stored_ablations(task: str = "sst2", config=REFERENCE_CONFIG, seeds=SEEDS,
                           eval_rows: int = REFERENCE_EVAL_ROWS, *, backbone: str = REFERENCE_BACKBONE,
                           stores=None, **load_args) -> StoredAblations:
-    """The stored span ablations of ``config`` at ``seeds`` and the head-only control beside them (lab 8).
+    """The stored span ablations of ``config`` at ``seeds`` and the control beside them (lab 8).
 
     The defaults are the reference settings (:data:`adapterlab.experiments.REFERENCE_CONFIG`, the stand-in,
     the full data, 300 dev rows per span); ``load_args`` are :func:`adapterlab.runstore.key_for`'s. Trains
@@ -207,7 +212,7 @@ def read_stored_ablations(task: str = "sst2", config=REFERENCE_CONFIG, seeds=SEE
     records = stored_ablations(task, config, seeds, eval_rows, backbone=backbone, stores=stores, **load_args)
     found = [record for record in records if record is not None]
     summary = summarize_ablations(found) if len(found) > 1 else None
-    head = seed_rows(task, config, {"head only": dataclasses.replace(config, method="head")}, seeds=seeds,
-                     backbone=backbone, stores=stores, **load_args)[0]
+    control = seed_rows(task, config, {"control": dataclasses.replace(config, method=CONTROL_METHOD)}, seeds=seeds,
+                        backbone=backbone, stores=stores, **load_args)[0]
     return StoredAblations(task, config, seeds, eval_rows, backbone, summary,
-                           tuple(seed for seed, record in zip(seeds, records) if record is None), head)
+                           tuple(seed for seed, record in zip(seeds, records) if record is None), control)
