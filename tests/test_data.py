@@ -470,6 +470,26 @@ def test_majority_baseline():
     assert data.majority_baseline(cola) == {"matthews": 0.0, "accuracy": pytest.approx(3 / 5)}
 
 
+@pytest.mark.parametrize("n, acceptable", [(1043, 0.69), (400, 0.5), (300, 0.9)])
+def test_chance_spread_is_the_spread_of_mcc_for_predictions_that_ignore_the_input(n, acceptable):
+    """Against a simulation: random labels and predictions drawn independently (each as lopsided as CoLA or
+    more), 4,000 times; the sample standard deviation of their MCC is 1/√n to within 5 %."""
+    generator = np.random.default_rng(0)
+    scores = []
+    for _ in range(4000):
+        labels = (generator.random(n) < acceptable).astype(int)
+        predictions = (generator.random(n) < acceptable).astype(int)
+        scores.append(data.compute_metrics("cola", predictions, labels)["matthews"])
+    assert np.std(scores, ddof=1) == pytest.approx(data.chance_spread(n), rel=0.05)
+    assert abs(np.mean(scores)) < 3 * data.chance_spread(n) / np.sqrt(4000)
+
+
+@pytest.mark.parametrize("n", [0, -3, 2.5])
+def test_chance_spread_refuses_what_is_not_a_row_count(n):
+    with pytest.raises((ValueError, TypeError), match="n"):
+        data.chance_spread(n)
+
+
 # --------------------------------------------------------------------------- the real GLUE files
 
 MANIFEST = {  # from ../shared/data/glue/MANIFEST.md: rows, label-1 count, label-0 count
@@ -523,3 +543,4 @@ def test_grouped_batches_waste_far_less_padding_on_real_sst2(tokenizer):
     assert sorted(np.concatenate(data.batch_indices(tokenized.lengths, 32, "grouped")).tolist()) == list(
         range(67_349)
     )
+
