@@ -141,7 +141,8 @@ def linear_fit_figure(sweep: dict) -> go.Figure:
     for (name, residuals), color in zip(sweep["residual"].items(), LINE_COLORS):
         fig.add_scatter(x=sweep["init_scale"], y=[max(r, 1e-17) for r in residuals], mode="lines+markers",
                         name=name, line_color=color)
-    return _layout(fig, "What the best linear map misses of an adapter's correction",
+    return _layout(fig, f"What the best linear map misses of an adapter's correction (d = {sweep['d_model']}, "
+                        f"r = {sweep['bottleneck']})",
                    "weight scale σ (log)", "relative residual ‖fit − Δ‖ / ‖Δ‖ (log)", log_x=True, log_y=True)
 
 

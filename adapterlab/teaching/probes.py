@@ -176,15 +176,15 @@ def linear_fit_sweep(
     """How much of an adapter's correction the best affine map misses, per activation and weight scale.
 
     Every adapter has both matrices drawn with std σ and unit-variance random inputs h; the residual
-    is :func:`adapterlab.lora.best_linear_fit`'s. Returns ``init_scale`` and ``residual``, a dict
-    mapping each activation to its list of relative residuals.
+    is :func:`adapterlab.lora.best_linear_fit`'s. Returns ``init_scale``, ``residual`` (a dict mapping each
+    activation to its list of relative residuals) and the ``d_model`` and ``bottleneck`` it was computed at.
     """
     h, _ = probe_inputs(n_samples, d_model, seed)
     residual = {
         activation: [best_linear_fit(_houlsby_adapter(d_model, bottleneck, s, activation, seed), h).relative_residual for s in scales]
         for activation in activations
     }
-    return {"init_scale": [float(s) for s in scales], "residual": residual}
+    return {"init_scale": [float(s) for s in scales], "residual": residual, "d_model": d_model, "bottleneck": bottleneck}
 
 
 def median_seconds(fn, repeats: int = 10, warmup: int = 1) -> float:
