@@ -537,12 +537,9 @@ def tune_command(args) -> int:
             print(f"adapterlab tune: interrupted; the runs finished are stored in {own}. Run the same command "
                   "again to resume.", file=sys.stderr)
             return INTERRUPTED
-    for row in tuning.tuned_rows(task, stores, args.backbone, args.data, points):
-        rate = "not selected yet" if row["rate"] is None else f"lr {row['rate']:g}" + (
-            f" (shared with {row['rate_of']})" if row["rate_of"] else "") + (" AT THE GRID'S EDGE" if row["at_edge"] else "")
-        score = f"{row['mean']:.4f} ± {row['std']:.4f} over {row['n']} seeds" if row["n"] > 1 else \
-            f"{row['n']} seed{'s' if row['n'] != 1 else ''} stored"
-        print(f"{row['label']}: {rate}; dev {score}")
+    rows = tuning.tuned_rows(task, stores, args.backbone, args.data, points)
+    print(tuning.tuned_table(rows, task))
+    print(tuning.tuned_claim_lines(rows))
     return OK
 
 

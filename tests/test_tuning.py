@@ -142,3 +142,44 @@ def test_a_stopped_run_stops_the_protocol_and_is_not_stored(monkeypatch, tmp_pat
         tuning.run_protocol("sst2", stores=[store], backbone=TINY, points=(Point("head only", "head"),),
                             poll_seconds=0.01, log=lambda *a: None)
     assert calls == [1] and store.records() == []
+
+
+def _row(label, values, rate=1e-3, rate_of=None, trained=1000):
+    n = len(values)
+    mean = sum(values) / n if n else math.nan
+    std = (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5 if n > 1 else math.nan
+    return {"label": label, "method": "x", "rate": rate, "rate_of": rate_of, "grid": {}, "at_edge": False,
+            "mean": mean, "std": std, "n": n, "values": list(values), "trained_parameters": trained if n else None}
+
+
+@pytest.mark.parametrize("full, expected", [
+    ((0.850, 0.852, 0.854), False),   # means 0.844 and 0.852, spreads 0.004 and 0.002: 0.008 apart, not within
+    ((0.843, 0.845, 0.847), True),    # 0.001 apart
+    ((0.835, 0.846, 0.857), True),    # 0.002 apart; the full runs' own spread (0.011) is the larger
+    ((0.855, 0.857, 0.859), False),   # 0.013 apart, more than the larger spread 0.004
+])
+def test_adapters_match_full_fine_tuning_only_within_the_larger_spread(full, expected):
+    houlsby = _row("Houlsby r=64", (0.840, 0.844, 0.848))
+    mean = sum(full) / 3
+    spread = (sum((v - mean) ** 2 for v in full) / 2) ** 0.5
+    assert (abs(mean - 0.844) <= max(0.004, spread)) is expected  # the rule, computed apart from the code
+    claims = tuning.tuned_claims([houlsby, _row("full fine-tuning", full)])
+    assert claims["adapters_match_full"] is expected
+
+
+def test_a_claim_waits_for_every_seed():
+    rows = [_row("Houlsby r=64", (0.840, 0.844, 0.848)), _row("full fine-tuning", (0.845, 0.846)),
+            _row("LoRA r=8", ())]
+    assert tuning.tuned_claims(rows) == {"adapters_match_full": None, "lora_matches_adapters": None}
+    assert tuning.tuned_claim_lines(rows).splitlines() == [
+        "tuned, Houlsby r = 64 is within one spread of full fine-tuning: not stored yet",
+        "tuned, LoRA r = 8 is within one spread of Houlsby r = 64: not stored yet"]
+
+
+def test_the_table_shows_rates_spreads_and_the_paper_beside_ours():
+    rows = [_row("Houlsby r=64", (0.840, 0.844, 0.848), trained=753_794),
+            _row("Houlsby r=8", (0.83,), rate_of="Houlsby r=64"), _row("full fine-tuning", (), rate=None)]
+    lines = tuning.tuned_table(rows, "sst2").splitlines()
+    assert lines[1].split() == ["Houlsby", "r=64", "0.001", "753,794", "84.4", "±", "0.4", "(3)", "94.0"]
+    assert lines[2].split() == ["Houlsby", "r=8", "0.001*", "1,000", "83.0", "(1)"]
+    assert lines[3].split() == ["full", "fine-tuning", "—", "—", "not", "stored", "94.9"]

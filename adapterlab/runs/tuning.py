@@ -234,3 +234,55 @@ def run_protocol(task: str, *, stores: list[RunStore], shard: tuple[int, int] = 
         if not ready and not waiting:
             return selections
         time.sleep(poll_seconds)  # the other shard holds the runs a selection waits on
+
+
+#: The paper's numbers beside ours (Table 1: BERT-large on the GLUE test server, so shapes compare, not values).
+PAPER_ROWS = {("sst2", "full fine-tuning"): "sst2_full", ("sst2", "Houlsby r=64"): "sst2_adapters",
+              ("cola", "full fine-tuning"): "cola_full", ("cola", "Houlsby r=64"): "cola_adapters"}
+#: The claims the labs print under the tuned table: (the two rows compared, what the line says).
+TUNED_CLAIMS = {
+    "adapters_match_full": (("Houlsby r=64", "full fine-tuning"),
+                            "tuned, Houlsby r = 64 is within one spread of full fine-tuning"),
+    "lora_matches_adapters": (("LoRA r=8", "Houlsby r=64"), "tuned, LoRA r = 8 is within one spread of Houlsby r = 64"),
+}
+
+
+def tuned_table(rows: list[dict], task: str) -> str:
+    """:func:`tuned_rows` as a text table: each point's selected rate (and whose), its trained parameters, its dev
+    mean ± sample spread over the seeds stored, and the paper's number where Table 1 has one."""
+    from .reference import PAPER
+
+    metric = "MCC" if task == "cola" else "accuracy"
+    lines = [f"{'point':<18} {'selected lr':>12} {'trained':>11} {'dev ' + metric + ' ×100 (seeds)':>26} {'paper':>6}"]
+    for row in rows:
+        rate = "—" if row["rate"] is None else f"{row['rate']:g}" + ("*" if row["rate_of"] else "") + \
+            ("!" if row["at_edge"] else "")
+        trained = "—" if row["trained_parameters"] is None else f"{row['trained_parameters']:,}"
+        score = (f"{100 * row['mean']:.1f} ± {100 * row['std']:.1f} ({row['n']})" if row["n"] > 1 else
+                 f"{100 * row['mean']:.1f} ({row['n']})" if row["n"] == 1 else "not stored")
+        paper = PAPER_ROWS.get((task, row["label"]))
+        paper = f"{PAPER[paper].value:.1f}" if paper else ""
+        lines.append(f"{row['label']:<18} {rate:>12} {trained:>11} {score:>26} {paper:>6}")
+    lines.append("* a shared rate   ! best rate at the grid's edge   paper: Table 1, BERT-large, GLUE test")
+    return "\n".join(lines)
+
+
+def tuned_claims(rows: list[dict]) -> dict[str, bool | None]:
+    """Each of :data:`TUNED_CLAIMS` as a boolean: the two rows' dev means within the larger of their spreads,
+    each over all of :data:`SEEDS`; None while either row has fewer seeds stored."""
+    by_label = {row["label"]: row for row in rows}
+    claims = {}
+    for name, ((a, b), _) in TUNED_CLAIMS.items():
+        first, second = by_label.get(a), by_label.get(b)
+        if first is None or second is None or min(first["n"], second["n"]) < len(SEEDS):
+            claims[name] = None
+        else:
+            claims[name] = abs(first["mean"] - second["mean"]) <= max(first["std"], second["std"])
+    return claims
+
+
+def tuned_claim_lines(rows: list[dict]) -> str:
+    """One line per tuned claim: what it says and True, False or "not stored yet" (the labs' checked cells)."""
+    claims = tuned_claims(rows)
+    return "\n".join(f"{text}: {'not stored yet' if claims[name] is None else claims[name]}"
+                     for name, (_, text) in TUNED_CLAIMS.items())
