@@ -171,7 +171,7 @@ def model_deviation_sweep(
 
 
 def linear_fit_sweep(
-    scales, activations=("identity", "gelu", "relu"), d_model: int = 128, bottleneck: int = 16, n_samples: int = 1024, seed: int = 0
+    scales, activations=("identity", "gelu", "relu"), d_model: int = 128, bottleneck: int = 16, n_samples: int = 4096, seed: int = 0
 ) -> dict:
     """How much of an adapter's correction the best affine map misses, per activation and weight scale.
 
