@@ -20,6 +20,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 
 import nbformat
 import pytest
@@ -405,11 +406,16 @@ def test_a_deck_prints_from_a_thread_whose_event_loop_runs(chromium_executable, 
     from adapterlab.slides_pdf import page_count, slide_count
 
     monkeypatch.setenv("ADAPTERLAB_CHROMIUM", chromium_executable)
+    written = []
 
     async def export_in_the_loop():
-        return export_slides([all_labs()[0].stem[:2]], tmp_path, pdf=True)
+        written.extend(export_slides([all_labs()[0].stem[:2]], tmp_path, pdf=True))
 
-    deck, pdf = asyncio.run(export_in_the_loop())
+    # a thread of its own, as a kernel's: this process's main thread already holds the session's Playwright
+    kernel = threading.Thread(target=lambda: asyncio.run(export_in_the_loop()))
+    kernel.start()
+    kernel.join(timeout=600)
+    deck, pdf = written
     assert page_count(pdf) == slide_count(deck.read_text(encoding="utf-8")) > 3
 
 
