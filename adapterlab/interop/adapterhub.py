@@ -277,18 +277,8 @@ def read_adapterhub(folder: Path) -> dict:
             folder / TORCH_WEIGHTS_FILE).is_file() else ""
         raise InteropError(f"{folder}: {WEIGHTS_FILE} is missing{other}; adapterlab reads safetensors only")
     weights = safetensors.torch.load_file(str(folder / WEIGHTS_FILE))
-    if not (folder / HEAD_FILE).is_file():
-        raise InteropError(f"{folder}: it has no {HEAD_FILE}, so no classifier to evaluate: save the adapter with "
-                           "with_head=True (and use_safetensors=True)")
-    head = safetensors.torch.load_file(str(folder / HEAD_FILE))
-    if set(head) != {"classifier.weight", "classifier.bias"}:
-        raise InteropError(f"{folder}: its head holds {sorted(head)}; adapterlab reads the static head of a "
-                           "BertForSequenceClassification (classifier.weight, classifier.bias)")
+    head, layernorms, pooler, extra = _read_head(folder)
     num_labels = head["classifier.weight"].shape[0]
-    extra = safetensors.torch.load_file(str(folder / BACKBONE_FILE)) if (folder / BACKBONE_FILE).is_file() else {}
-    _, layernorms, pooler = split_backbone_tensors(extra)
-    if set(extra) - set(layernorms) - set(pooler):
-        raise InteropError(f"{folder}: {BACKBONE_FILE} holds tensors other than LayerNorms and the pooler")
     layer_weights = layer_tensors(weights)
     adapted = sorted(layer_weights)
     leave_out = set(config.get("leave_out") or [])
