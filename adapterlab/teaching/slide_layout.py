@@ -297,14 +297,9 @@ def _fit_to_slides(cells):
             if keep and used + height > SLIDE_BUDGET_PX and piece.cell_type == "code" and piece.get("outputs") \
                     and piece.source and not piece.metadata.get("transient", {}).get("remove_source"):
                 # a reveal that does not fit under its prediction: its code there, its outputs on a subslide
-                rest = copy.deepcopy(piece)
+                rest = _continued_outputs(piece, "out")
+                rest.outputs = piece.outputs
                 piece.outputs = []
-                if "id" in rest:
-                    rest["id"] = f"{piece['id']}-out"[:64]
-                rest.metadata.setdefault("transient", {})["remove_source"] = True
-                rest.metadata.pop("deck_keep_with_previous", None)
-                set_slide_type(rest, "subslide")
-                rest.metadata["deck_continued"] = True
                 pieces.insert(0, rest)
                 height = cell_height(piece)
             if used and used + height > SLIDE_BUDGET_PX and slide_type(piece) in ("-", "fragment") and not keep:
@@ -522,6 +517,20 @@ def _markdown_cell(source: str, kind: str):
     return new_markdown_cell(source, metadata={"slideshow": {"slide_type": kind}})
 
 
+def _continued_outputs(cell, suffix: str):
+    """An empty copy of `cell` for outputs that continue it on a subslide of their own: its code is not shown
+    again, its id gets `suffix`, and it is marked as a continuation (the layout labels those)."""
+    piece = copy.deepcopy(cell)
+    piece.outputs = []
+    if "id" in piece:
+        piece["id"] = f"{cell['id']}-{suffix}"[:64]
+    piece.metadata.setdefault("transient", {})["remove_source"] = True
+    piece.metadata.pop("deck_keep_with_previous", None)
+    set_slide_type(piece, "subslide")
+    piece.metadata["deck_continued"] = True
+    return piece
+
+
 def _split_outputs(cell):
     """The cell, followed by output-only copies holding the outputs that do not fit with what precedes them."""
     if cell_height(cell) <= SLIDE_BUDGET_PX or not cell.get("outputs"):
@@ -533,14 +542,7 @@ def _split_outputs(cell):
         height = output_height(output)
         has_content = pieces[-1].outputs or (pieces[-1] is cell and shows_code)
         if has_content and used + height > SLIDE_BUDGET_PX:
-            piece = copy.deepcopy(cell)
-            piece.outputs = []
-            if "id" in piece:
-                piece["id"] = f"{cell['id']}-{len(pieces)}"[:64]
-            piece.metadata.setdefault("transient", {})["remove_source"] = True
-            piece.metadata.pop("deck_keep_with_previous", None)
-            set_slide_type(piece, "subslide")
-            piece.metadata["deck_continued"] = True
+            piece = _continued_outputs(cell, str(len(pieces)))
             pieces.append(piece)
             used = CELL_GAP_PX
         pieces[-1].outputs.append(output)
