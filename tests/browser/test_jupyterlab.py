@@ -10,31 +10,18 @@ widget" (the ipywidgets / jupyterlab_widgets mismatch pitfall).
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import nbformat
 import pytest
 
 from adapterlab.labfiles import LABS_DIR
+from lab_server import running_jupyterlab
 
 TRAIN_LAB = "06_*.ipynb"
-START_TIMEOUT_S = 90
 TRAIN_TIMEOUT_MS = 600_000  # setup, the panel and one training run, CI profile, on a busy 2-core machine
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture
@@ -54,68 +41,13 @@ def setup_and_panel_cells(nb) -> tuple[int, int]:
 
 
 @pytest.fixture
-def jupyter_lab(tmp_path, request):
+def jupyter_lab(tmp_path):
     """(base url, token) of a JupyterLab serving a copy of labs/; stopped at the end."""
     root = tmp_path / "labs"
     shutil.copytree(LABS_DIR, root, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
-    port, token = free_port(), os.urandom(16).hex()
-    home = tmp_path / "jupyter"  # settings, workspaces and runtime files of this server only
-    env = {
-        **os.environ,
-        "ADAPTERLAB_PROFILE": "ci",
-        "JUPYTER_CONFIG_DIR": str(home / "config"),
-        "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
-        "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"),
-        "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces"),
-    }
-    settings = {
-        # no news feed or update check (they would ask the internet)
-        "apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},
-        # every cell in the page, so the n-th .jp-Cell is the n-th cell
-        "notebook-extension/tracker": {"windowingMode": "none"},
-    }
-    for name, values in settings.items():
-        path = home / "settings" / "@jupyterlab" / f"{name}.jupyterlab-settings"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(values))
-    log = open(tmp_path / "jupyterlab.log", "wb")
-    server = subprocess.Popen(
-        [
-            sys.executable, "-m", "jupyterlab", "--no-browser",
-            "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
-            f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
-            "--ServerApp.allow_root=True",  # CI runs as root
-            "--LabApp.expose_app_in_browser=True",  # window.jupyterapp, to run cells by command
-            "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-            "--LabApp.extension_manager=readonly",  # no extension index from PyPI
-        ],
-        env=env, stdout=log, stderr=subprocess.STDOUT,
-    )
-
-    def stop():
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        log.close()
-
-    request.addfinalizer(stop)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while True:
-        if server.poll() is not None:
-            raise RuntimeError(f"jupyter lab exited with {server.returncode}:\n{(tmp_path / 'jupyterlab.log').read_text()}")
-        try:
-            with urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2) as response:
-                json.load(response)
-            break
-        except OSError:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"jupyter lab did not answer on {url} within {START_TIMEOUT_S} s")
-            time.sleep(0.5)
-    return url, token
+    # window.jupyterapp, to run cells by command
+    with running_jupyterlab(root, tmp_path / "jupyter", "--LabApp.expose_app_in_browser=True") as server:
+        yield server
 
 
 def plots(panel) -> str:

@@ -9,14 +9,6 @@ build/screenshots/. Skipped, with the reason, where Chromium or Playwright is mi
 
 from __future__ import annotations
 
-import importlib.util
-import json
-import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import nbformat
@@ -24,26 +16,11 @@ import pytest
 
 from adapterlab.labfiles import LABS_DIR
 from adapterlab.student import make_student_copies
+from lab_server import running_jupyterlab
 
-CHROMIUM = Path("/usr/bin/chromium")
 REPO = Path(__file__).resolve().parents[2]
 SHOTS = REPO / "build" / "screenshots"
 LABS = ("06_*.ipynb", "10_*.ipynb")
-START_TIMEOUT_S = 120
-
-
-def _why_skip() -> str | None:
-    if not CHROMIUM.exists():
-        return f"Chromium is not installed at {CHROMIUM} (Debian: apt-get install chromium)"
-    if importlib.util.find_spec("playwright") is None:
-        return "the playwright package is not installed (pip install playwright; no browser download needed)"
-    return None
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -58,54 +35,10 @@ def copies(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def student_lab_server(copies, tmp_path_factory):
-    """(url, token) of a JupyterLab serving the student copies; stopped at the end."""
-    reason = _why_skip()
-    if reason:
-        pytest.skip(reason)
-    home = tmp_path_factory.mktemp("jupyter-home")
-    port, token = _free_port(), os.urandom(16).hex()
-    env = {**os.environ, "ADAPTERLAB_PROFILE": "ci", "JUPYTER_CONFIG_DIR": str(home / "config"),
-           "JUPYTER_RUNTIME_DIR": str(home / "runtime"), "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"),
-           "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces")}
-    settings = {"apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},
-                "notebook-extension/tracker": {"windowingMode": "none"}}  # every cell in the page
-    for name, values in settings.items():
-        path = home / "settings" / "@jupyterlab" / f"{name}.jupyterlab-settings"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(values))
-    log_path = home / "jupyterlab.log"
-    log = open(log_path, "wb")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
-         f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
-         f"--ServerApp.root_dir={copies}", "--ServerApp.allow_root=True", "--LabApp.news_url=None",
-         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate", "--LabApp.extension_manager=readonly"],
-        env=env, stdout=log, stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            if server.poll() is not None:
-                raise RuntimeError(f"jupyter lab exited with {server.returncode}:\n{log_path.read_text()}")
-            try:
-                with urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2) as response:
-                    json.load(response)
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"jupyter lab did not answer on {url} within {START_TIMEOUT_S} s")
-                time.sleep(0.5)
-        yield url, token
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        log.close()
+def student_lab_server(copies, tmp_path_factory, chromium_executable):
+    """(url, token) of a JupyterLab serving the student copies; stopped at the end (skipped without Chromium)."""
+    with running_jupyterlab(copies, tmp_path_factory.mktemp("jupyter-home")) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
