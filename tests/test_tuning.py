@@ -7,10 +7,10 @@ import math
 
 import pytest
 
-from adapterlab.runs import tuning
+from adapterlab.runs import tradeoff, tuning
 from adapterlab.runs.store import RunStore
 from adapterlab.runs.tuning import POINTS, PROTOCOLS, Point, Protocol, owner, plan, select, tuned_rows
-from adapterlab.training.backbones import TINY
+from adapterlab.training.backbones import TINY, load_backbone
 from adapterlab.training.data import carve_validation, load_split
 from adapterlab.training.experiment import load_splits
 
@@ -121,6 +121,19 @@ def test_a_small_protocol_trains_each_run_once_and_the_table_reports_dev_at_the_
         selected = [r for r in records if r["key"]["settings"]["method"] == row["method"]
                     and r["key"]["settings"]["peak_learning_rate"] == row["rate"]]
         assert sorted(r["best_metric"] for r in selected) == sorted(row["values"])
+        assert row["seed_row"].values == tuple(row["values"]) and row["seed_row"].seeds == tuning.SEEDS
+        assert row["seed_row"].config.peak_learning_rate == row["rate"]
+
+    # The figure's x: the trainer's own count where the runs are stored, the same count made on the
+    # backbone where they are not (an empty store).
+    model, _, _ = load_backbone(TINY, seed=0)
+    stored = tradeoff.tuned_points(rows, model)
+    assert [p.trained for p in stored] == [next(r["trained_parameters"] for r in records
+                                                if r["key"]["settings"]["method"] == row["method"]) for row in rows]
+    assert [p.family for p in stored] == ["Head only", "BitFit: biases only"]
+    empty = tuned_rows("sst2", [RunStore(tmp_path / "empty")], TINY, points=points)
+    assert [row["n"] for row in empty] == [0, 0]
+    assert [p.trained for p in tradeoff.tuned_points(empty, model)] == [p.trained for p in stored]
 
 
 def test_a_stopped_run_stops_the_protocol_and_is_not_stored(monkeypatch, tmp_path):

@@ -115,16 +115,22 @@ def seed_rows(task: str, base: TrainConfig = REFERENCE_CONFIG, setting=None, val
         per_seed = [dataclasses.replace(config, seed=seed, progress=False) for seed in seeds]
         records = stored_runs(task, per_seed, backbone=backbone, fallback=fallback, data_dir=data_dir,
                               max_train=max_train, max_eval=max_eval, stores=stores)
-        found = [record for record in records if record is not None]
-        summary = summarize(found, by=())
-        row = summary[0] if summary else {"values": [], "mean": math.nan, "std": math.nan, "diverged": 0}
-        rows.append(SeedRow(
-            label=label, config=dataclasses.replace(config, seed=seeds[0], progress=False),
-            metric=found[0]["metric"] if found else None, values=tuple(row["values"]),
-            seeds=tuple(sorted(r["key"]["settings"]["seed"] for r in found)),
-            missing=tuple(seed for seed, record in zip(seeds, records) if record is None),
-            diverged=row["diverged"], mean=row["mean"], std=row["std"]))
+        rows.append(seed_row(label, config, seeds, records))
     return rows
+
+
+def seed_row(label, config: TrainConfig, seeds, records) -> SeedRow:
+    """The :class:`SeedRow` of one setting from its stored ``records`` (one per seed of ``seeds``, None where
+    that seed is not stored): how :func:`seed_rows` and the tuned comparison (:mod:`.tuning`) read runs."""
+    found = [record for record in records if record is not None]
+    summary = summarize(found, by=())
+    row = summary[0] if summary else {"values": [], "mean": math.nan, "std": math.nan, "diverged": 0}
+    return SeedRow(
+        label=label, config=dataclasses.replace(config, seed=seeds[0], progress=False),
+        metric=found[0]["metric"] if found else None, values=tuple(row["values"]),
+        seeds=tuple(sorted(r["key"]["settings"]["seed"] for r in found)),
+        missing=tuple(seed for seed, record in zip(seeds, records) if record is None),
+        diverged=row["diverged"], mean=row["mean"], std=row["std"])
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,9 @@
 """Accuracy against trained parameters, from stored runs (lab 10): the shape of the paper's Figures 3 and 4.
 
-Every point is a method at one size, trained with the reference settings (:mod:`adapterlab.experiments`)
-for three seeds and read from the run store; nothing here trains. Its x is the number of parameters the
+Every point is a method at one size, trained for three seeds and read from the run store; nothing here
+trains. Two sets of points: one shared recipe (the reference settings, :mod:`adapterlab.runs.reference`:
+:func:`tradeoff_points`), and the fair comparison, each method at its own tuned rate
+(:mod:`adapterlab.runs.tuning`: :func:`tuned_points`). Its x is the number of parameters the
 method trains, counted on a copy of the lab's backbone (so a point whose runs are not stored yet still has
 its place on the axis), its y the dev metric's mean and spread over the seeds.
 
@@ -96,6 +98,15 @@ def tradeoff_points(task: str, model: nn.Module, families: dict[str, dict[str, T
         for row in seed_rows(task, setting=configs, **read):
             points.append(Point(family, trained_parameters(model, row.config), row))
     return points
+
+
+def tuned_points(rows: list[dict], model: nn.Module) -> list[Point]:
+    """The trade-off figure's points from the fair comparison (:func:`adapterlab.runs.tuning.tuned_rows`): each
+    method at its own selected rate, one family per method of the registry, the trained parameters as the
+    stored runs counted them (counted on ``model`` for a point not stored yet)."""
+    return [Point(methods.get(row["method"]).label,
+                  row["trained_parameters"] or trained_parameters(model, row["seed_row"].config), row["seed_row"])
+            for row in rows]
 
 
 def points_table(points: list[Point]) -> str:

@@ -32,7 +32,8 @@ from .. import methods
 from ..training import TrainConfig
 from ..training.backbones import expected_backbone
 from ..training.experiment import load_splits
-from .store import RunStore, find, run_key, run_or_load, summarize
+from .reference import seed_row
+from .store import RunStore, find, run_key, run_or_load
 
 #: Seeds of the reported runs; the grid is searched on the first.
 SEEDS = (0, 1, 2)
@@ -191,7 +192,9 @@ def stored_lookup(task: str, stores: list[RunStore], backbone: str, data_dir=Non
 
 def tuned_rows(task: str, stores: list[RunStore], backbone: str, data_dir=None, points=POINTS) -> list[dict]:
     """One row per point: its selected rate, the seed-0 validation score of every rate tried, and the dev
-    mean ± sample spread over the seeds stored at that rate (labs 6, 7 and 10 read these)."""
+    mean ± sample spread over the seeds stored at that rate, with the :class:`~.reference.SeedRow` they come
+    from under ``seed_row`` (its config at the selected rate, or the method's default while none is selected:
+    the figure still counts its parameters). Labs 6 and 10 read these."""
     protocol = PROTOCOLS[task]
     lookup = stored_lookup(task, stores, backbone, data_dir)
     _, _, selections = plan(protocol, lookup, points)
@@ -199,14 +202,16 @@ def tuned_rows(task: str, stores: list[RunStore], backbone: str, data_dir=None, 
     for point in points:
         selection = selections[point.label]
         tuned = selections[point.rate_of] if point.rate_of else selection
-        records = [lookup(point.config(protocol, learning_rate=selection.rate, seed=seed)) for seed in SEEDS] \
-            if selection.rate else []
+        config = point.config(protocol, learning_rate=selection.rate or methods.get(point.method).learning_rate,
+                              seed=SEEDS[0])
+        records = [lookup(dataclasses.replace(config, seed=seed)) for seed in SEEDS] if selection.rate else []
+        seeds = seed_row(point.label, config, SEEDS, records or [None] * len(SEEDS))
         found = [record for record in records if record is not None]
-        summary = summarize(found, by=())[0] if found else {"mean": math.nan, "std": math.nan, "n": 0, "values": []}
         rows.append({"label": point.label, "method": point.method, "rate": selection.rate,
                      "rate_of": point.rate_of, "grid": dict(tuned.scores), "at_edge": tuned.at_edge,
-                     "mean": summary["mean"], "std": summary["std"], "n": summary["n"], "values": summary["values"],
-                     "trained_parameters": found[0].get("trained_parameters") if found else None})
+                     "mean": seeds.mean, "std": seeds.std, "n": seeds.n, "values": list(seeds.values),
+                     "trained_parameters": found[0].get("trained_parameters") if found else None,
+                     "seed_row": seeds})
     return rows
 
 
