@@ -8,6 +8,7 @@ import math
 import pytest
 
 from adapterlab.runs import tradeoff, tuning
+from adapterlab.runs.reference import SeedRow
 from adapterlab.runs.store import RunStore
 from adapterlab.runs.tuning import POINTS, PROTOCOLS, Point, Protocol, owner, plan, select, tuned_rows
 from adapterlab.training.backbones import TINY, load_backbone
@@ -158,11 +159,14 @@ def test_a_stopped_run_stops_the_protocol_and_is_not_stored(monkeypatch, tmp_pat
 
 
 def _row(label, values, rate=1e-3, rate_of=None, trained=1000):
+    """A tuned row as tuned_rows gives it, its spread computed here, apart from the code under test."""
     n = len(values)
     mean = sum(values) / n if n else math.nan
     std = (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5 if n > 1 else math.nan
+    seeds = SeedRow(label, None, "accuracy", tuple(values), tuning.SEEDS[:n], tuning.SEEDS[n:], 0, mean, std)
     return {"label": label, "method": "x", "rate": rate, "rate_of": rate_of, "grid": {}, "at_edge": False,
-            "mean": mean, "std": std, "n": n, "values": list(values), "trained_parameters": trained if n else None}
+            "mean": mean, "std": std, "n": n, "values": list(values), "trained_parameters": trained if n else None,
+            "seed_row": seeds}
 
 
 @pytest.mark.parametrize("full, expected", [

@@ -32,7 +32,7 @@ from .. import methods
 from ..training import TrainConfig
 from ..training.backbones import expected_backbone
 from ..training.experiment import load_splits
-from .reference import seed_row
+from .reference import seed_row, within_spread
 from .store import RunStore, find, run_key, run_or_load
 
 #: Seeds of the reported runs; the grid is searched on the first.
@@ -282,7 +282,7 @@ def tuned_claims(rows: list[dict]) -> dict[str, bool | None]:
         if first is None or second is None or min(first["n"], second["n"]) < len(SEEDS):
             claims[name] = None
         else:
-            claims[name] = abs(first["mean"] - second["mean"]) <= max(first["std"], second["std"])
+            claims[name] = within_spread(first["seed_row"], second["seed_row"])
     return claims
 
 
