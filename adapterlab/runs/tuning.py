@@ -38,7 +38,7 @@ from .store import RunStore, find, run_key, run_or_load
 #: Seeds of the reported runs; the grid is searched on the first.
 SEEDS = (0, 1, 2)
 #: How many steps a grid may grow beyond an edge before the protocol gives up and says so.
-MAX_EXTENSIONS = 2
+MAX_EXTENSIONS = 3
 
 
 @dataclass(frozen=True)
