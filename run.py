@@ -134,7 +134,8 @@ def main(argv: list[str]) -> int:
     env = dict(os.environ)
     env.setdefault("ADAPTERLAB_PROFILE", "ci")
     targets = extra or ["tests", "labs"]
-    return subprocess.call([python, "-m", "pytest", "--nbval-lax", *targets], cwd=ROOT, env=env)
+    # The slowest tests are named at the end, so that a CI run that grows shows where its time went.
+    return subprocess.call([python, "-m", "pytest", "--nbval-lax", "--durations=20", *targets], cwd=ROOT, env=env)
 
 
 if __name__ == "__main__":
