@@ -101,3 +101,11 @@ def test_a_log_axis_for_numbers_spanning_a_decade(values, log):
     assert plots.spans_decades(values) is log
     fig = plots.seeds_figure([seed_row(v, [0.5, 0.6]) for v in values], "bottleneck", "r")
     assert (fig.layout.xaxis.type == "log") is log and fig.layout.xaxis.title.text.endswith("(log)") is log
+
+
+def test_validation_curves_draw_one_line_per_stored_curve_on_a_validation_axis():
+    curves = {"BitFit": [(125, 0.85), (250, 0.86)], "head only": [], "LoRA r=8": [(125, 0.8), (250, 0.88)]}
+    fig = plots.validation_curves_figure(curves, "accuracy", "t")
+    assert [trace.name for trace in fig.data] == ["BitFit", "LoRA r=8"]
+    assert list(fig.data[1].y) == [0.8, 0.88] and list(fig.data[1].x) == [125, 250]
+    assert fig.layout.yaxis.title.text.startswith("validation accuracy")

@@ -200,3 +200,29 @@ def test_the_table_shows_rates_spreads_and_the_paper_beside_ours():
     assert lines[1].split() == ["Houlsby", "r=64", "0.001", "753,794", "84.4", "±", "0.4", "(3)", "94.0"]
     assert lines[2].split() == ["Houlsby", "r=8", "0.001*", "1,000", "83.0", "(1)"]
     assert lines[3].split() == ["full", "fine-tuning", "—", "—", "not", "stored", "94.9"]
+
+
+def test_the_validation_curve_is_read_from_each_evaluation_and_its_final_gain_is_the_last_step_over_the_best_before():
+    record = {"metric": "accuracy", "evals": [
+        {"step": 125, "accuracy": 0.70, "validation": {"accuracy": 0.80}},
+        {"step": 250, "accuracy": 0.90, "validation": {"accuracy": 0.86}},   # the dev score is not the curve's
+        {"step": 375, "accuracy": 0.80, "validation": {"accuracy": 0.84}},
+        {"step": 500, "accuracy": 0.81, "validation": {"accuracy": 0.87}}]}
+    curve = tuning.validation_curve(record)
+    assert curve == [(125, 0.80), (250, 0.86), (375, 0.84), (500, 0.87)]
+    assert tuning.final_gain(curve) == pytest.approx(0.87 - 0.86)            # over the best before, not the last
+    assert tuning.final_gain(curve[:3]) == pytest.approx(0.84 - 0.86)        # it fell back
+    with pytest.raises(ValueError, match="evaluate more often"):
+        tuning.final_gain(curve[:1])
+
+
+def test_a_tuned_row_carries_seed_zeros_curve_at_its_selected_rate(monkeypatch, tmp_path):
+    monkeypatch.setitem(PROTOCOLS, "sst2", Protocol("sst2", validation_rows=40, max_train=64, epochs=1.0, eval_every=1))
+    points = (Point("head only", "head"),)
+    store = RunStore(tmp_path / "store")
+    tuning.run_protocol("sst2", stores=[store], backbone=TINY, points=points, poll_seconds=0.01, log=lambda *a: None)
+    row, = tuned_rows("sst2", [store], TINY, points=points)
+    seed_zero = next(r for r in store.records() if r["key"]["settings"]["seed"] == 0
+                     and r["key"]["settings"]["peak_learning_rate"] == row["rate"])
+    assert [step for step, _ in row["curve"]] == [e["step"] for e in seed_zero["evals"]] and len(row["curve"]) > 1
+    assert max(score for _, score in row["curve"]) == seed_zero["validation_metric"]  # the step it kept

@@ -194,7 +194,8 @@ def tuned_rows(task: str, stores: list[RunStore], backbone: str, data_dir=None, 
     """One row per point: its selected rate, the seed-0 validation score of every rate tried, and the dev
     mean ± sample spread over the seeds stored at that rate, with the :class:`~.reference.SeedRow` they come
     from under ``seed_row`` (its config at the selected rate, or the method's default while none is selected:
-    the figure still counts its parameters). Labs 6 and 10 read these."""
+    the figure still counts its parameters), and seed 0's validation curve at that rate under ``curve``.
+    Labs 6 and 10 read these."""
     protocol = PROTOCOLS[task]
     lookup = stored_lookup(task, stores, backbone, data_dir)
     _, _, selections = plan(protocol, lookup, points)
@@ -211,8 +212,21 @@ def tuned_rows(task: str, stores: list[RunStore], backbone: str, data_dir=None, 
                      "rate_of": point.rate_of, "grid": dict(tuned.scores), "at_edge": tuned.at_edge,
                      "mean": seeds.mean, "std": seeds.std, "n": seeds.n, "values": list(seeds.values),
                      "trained_parameters": found[0].get("trained_parameters") if found else None,
-                     "seed_row": seeds})
+                     "seed_row": seeds, "curve": validation_curve(records[0]) if records and records[0] else []})
     return rows
+
+
+def validation_curve(record: dict) -> list[tuple[int, float]]:
+    """(step, validation score) at every evaluation of a tuned run: the curve that shows whether it flattened."""
+    return [(e["step"], e["validation"][record["metric"]]) for e in record.get("evals", []) if "validation" in e]
+
+
+def final_gain(curve: list[tuple[int, float]]) -> float:
+    """What a run's last evaluation adds to the best validation score before it (negative: it fell back). A
+    run that trained long enough gains little here; a large gain says a longer run would have scored higher."""
+    if len(curve) < 2:
+        raise ValueError("a curve of fewer than two evaluations has no final gain: evaluate more often")
+    return curve[-1][1] - max(score for _, score in curve[:-1])
 
 
 def run_protocol(task: str, *, stores: list[RunStore], shard: tuple[int, int] = (1, 1), backbone: str,

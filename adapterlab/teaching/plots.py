@@ -517,6 +517,18 @@ def tradeoff_figure(points: list[Point], title: str, baseline: tuple[str, float]
     return fig
 
 
+def validation_curves_figure(curves: dict[str, list[tuple[int, float]]], metric: str, title: str) -> go.Figure:
+    """Each tuned run's validation score at every evaluation (label → [(step, score)]): whether it flattened
+    before the run ended (lab 10). Labels without a stored curve are left out."""
+    fig = go.Figure()
+    for (label, curve), color in zip(((k, v) for k, v in curves.items() if v), LINE_COLORS * 3):
+        fig.add_scatter(x=[step for step, _ in curve], y=[score for _, score in curve], mode="lines+markers",
+                        name=label, line=dict(color=color), marker=dict(color=color))
+    fig = _layout(fig, title, "training step", METRIC_AXES.get(metric, metric).replace("dev ", "validation ", 1))
+    fig.update_layout(height=480)
+    return fig
+
+
 def curve_figure(curves: dict[str, list[tuple[float, SeedRow]]], title: str, x_title: str,
                  mark: tuple[float, SeedRow] | None = None) -> go.Figure:
     """Mean ± spread against one setting on a log axis, one line per curve (label → [(x, row)]), each seed a
