@@ -89,6 +89,16 @@ def test_shared_points_wait_for_their_source_then_take_its_rate():
     assert {c.learning_rate for c in ready} == {1e-3}
 
 
+def test_the_seeds_of_points_that_choose_a_rate_come_before_those_of_points_that_borrow_it():
+    seed_zero_only = lambda c: {"validation_metric": c.learning_rate, "best_metric": 0.5, "status": "complete"} \
+        if c.seed == 0 else None  # noqa: E731
+    ready, waiting, _ = plan(PROTOCOL, seed_zero_only)
+    borrows = [any(c == p.config(PROTOCOL, learning_rate=c.learning_rate, seed=c.seed) for p in POINTS if p.rate_of)
+               for c in ready]
+    assert waiting == [] and any(borrows) and not all(borrows)
+    assert borrows == sorted(borrows)  # every run of a point that chooses its rate, then the borrowers'
+
+
 def test_every_run_has_exactly_one_owner_shard():
     ready, _, _ = plan(PROTOCOL, lambda config: None, POINTS)
     for count in (1, 2, 3):

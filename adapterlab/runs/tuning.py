@@ -152,7 +152,9 @@ def plan(protocol: Protocol, lookup, points=POINTS) -> tuple[list[TrainConfig], 
             selection, needed = select(point, protocol, lookup)
             selections[point.label] = selection
             ready += needed
-    for point in points:
+    # The seeds of the points that choose a rate come first: they carry the comparison's claims, and a
+    # protocol stopped early should have them before the points that borrow a rate.
+    for point in sorted(points, key=lambda point: point.rate_of is not None):
         rate = selections[point.rate_of or point.label].rate if (point.rate_of or point.label) in selections else None
         if point.rate_of is not None:
             selections[point.label] = Selection(point, [], {}, rate)
