@@ -16,8 +16,9 @@ starves full fine-tuning, and a few hundred steps leave slow learners at the maj
 4. **Seeds.** The selected rate over seeds 0, 1, 2; the table reports dev mean ± sample spread.
 
 Every run goes into the run store as it finishes, so a stopped protocol resumes, and ``--shard I/N`` splits
-it over processes: each run has one owner shard (by its key), and a shard waits for the other's runs only
-where a selection needs them.
+it over processes: each run has one owner shard (by its key); a shard with none of its own runs ready trains
+another shard's that no process holds (:mod:`.leases`), and waits only where a selection needs runs
+still in training.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from .. import methods
 from ..training import TrainConfig
 from ..training.backbones import expected_backbone
 from ..training.experiment import load_splits
+from .leases import Leases
 from .reference import seed_row, within_spread
 from .store import RunStore, find, run_key, run_or_load
 
@@ -238,15 +240,22 @@ def run_protocol(task: str, *, stores: list[RunStore], shard: tuple[int, int] = 
     protocol = PROTOCOLS[task]
     args = dict(backbone=backbone, data_dir=data_dir, max_train=protocol.max_train)
     lookup = stored_lookup(task, stores, backbone, data_dir)
+    leases = Leases(([store for store in stores if not store.read_only] or stores)[0].folder / ".leases")
 
     while True:
         ready, waiting, selections = plan(protocol, lookup, points)
         mine = [config for config in ready if owner(config, shard[1]) == shard[0]]
-        if mine:
-            config = mine[0]
+        others = [config for config in reversed(ready) if owner(config, shard[1]) != shard[0]]  # from the far end
+        config = next((config for config in mine + others if leases.take(_lease(task, backbone, config))), None)
+        if config is not None:
+            share = f"{len(mine)} of this shard's runs ready" if mine else \
+                f"helping shard {owner(config, shard[1])}: none of this shard's runs ready"
             log(f"tune {task} shard {shard[0]}/{shard[1]}: {config.method} lr {config.peak_learning_rate:g} "
-                f"seed {config.seed} ({len(mine)} of this shard's runs ready, {len(ready)} in all)")
-            lookup_result = run_or_load(task, config, stores=stores, **args)
+                f"seed {config.seed} ({share}, {len(ready)} in all)")
+            try:
+                lookup_result = run_or_load(task, config, stores=stores, **args)
+            finally:
+                leases.release(_lease(task, backbone, config))
             if lookup_result.result is not None and lookup_result.result.interrupted:
                 raise KeyboardInterrupt  # Ctrl-C or SIGTERM stopped the run: it is not stored, and the protocol stops
             if on_run is not None:
@@ -254,7 +263,11 @@ def run_protocol(task: str, *, stores: list[RunStore], shard: tuple[int, int] = 
             continue
         if not ready and not waiting:
             return selections
-        time.sleep(poll_seconds)  # the other shard holds the runs a selection waits on
+        time.sleep(poll_seconds)  # another process trains the runs left, or the runs a selection waits on
+
+
+def _lease(task: str, backbone: str, config: TrainConfig) -> str:
+    return f"{task} {backbone} {_identity(config)}"
 
 
 #: The paper's numbers beside ours (Table 1: BERT-large on the GLUE test server, so shapes compare, not values).
