@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from adapterlab.runs import tuning
 from adapterlab.runs.leases import Leases
 from adapterlab.runs.store import RunStore
@@ -39,12 +41,17 @@ def test_a_run_leased_by_a_live_process_is_refused_and_a_dead_ones_is_taken_over
     assert not leases._path("run a").exists()
 
 
-def test_a_shard_with_nothing_of_its_own_trains_the_other_shards_runs_once(monkeypatch, tmp_path):
+@pytest.fixture
+def small_protocol(monkeypatch, tmp_path):
+    """One point (the head alone) on the toy data, a few steps per run, and an empty store."""
     monkeypatch.delenv("ADAPTERLAB_DATA", raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setitem(PROTOCOLS, "sst2", Protocol("sst2", validation_rows=40, max_train=64, epochs=1.0, eval_every=2))
-    points = (Point("head only", "head"),)
-    store = RunStore(tmp_path / "store")
+    return (Point("head only", "head"),), RunStore(tmp_path / "store")
+
+
+def test_a_shard_with_nothing_of_its_own_trains_the_other_shards_runs_once(small_protocol):
+    points, store = small_protocol
     logs = []
     # Shard 2 of 2 alone: it trains its own runs and, with none left, shard 1's (which no process holds).
     tuning.run_protocol("sst2", stores=[store], shard=(2, 2), backbone=TINY, points=points, poll_seconds=0.01,
@@ -60,12 +67,8 @@ def test_a_shard_with_nothing_of_its_own_trains_the_other_shards_runs_once(monke
     assert len(store.records()) == len(records)                           # shard 1 finds all of it done
 
 
-def test_a_lease_held_elsewhere_sends_the_shard_to_the_next_run(monkeypatch, tmp_path):
-    monkeypatch.delenv("ADAPTERLAB_DATA", raising=False)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setitem(PROTOCOLS, "sst2", Protocol("sst2", validation_rows=40, max_train=64, epochs=1.0, eval_every=2))
-    points = (Point("head only", "head"),)
-    store = RunStore(tmp_path / "store")
+def test_a_lease_held_elsewhere_sends_the_shard_to_the_next_run(small_protocol):
+    points, store = small_protocol
     lookup = tuning.stored_lookup("sst2", [store], TINY)
     first, second, *_ = tuning.plan(PROTOCOLS["sst2"], lookup, points)[0]
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
