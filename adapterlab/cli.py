@@ -540,6 +540,7 @@ def tune_command(args) -> int:
     rows = tuning.tuned_rows(task, stores, args.backbone, args.data, points)
     print(tuning.tuned_table(rows, task))
     print(tuning.tuned_claim_lines(rows))
+    print(tuning.progress(task, tuning.stored_lookup(task, stores, args.backbone, args.data), points))
     return OK
 
 

@@ -99,6 +99,17 @@ def test_the_seeds_of_points_that_choose_a_rate_come_before_those_of_points_that
     assert borrows == sorted(borrows)  # every run of a point that chooses its rate, then the borrowers'
 
 
+def test_progress_counts_the_grid_runs_left_and_the_points_waiting_then_says_when_all_is_stored():
+    from adapterlab import methods
+
+    grid_runs = sum(len(methods.get(p.method).learning_rates) for p in POINTS if p.rate_of is None)
+    line = tuning.progress("sst2", lambda config: None)
+    assert f"{grid_runs} runs can start now and {len(POINTS)} points wait" in line
+    assert "python -m adapterlab tune --task sst2" in line
+    peaked = fake_lookup(lambda c: -abs(math.log(c.learning_rate / 1e-3)))  # every grid's best inside it
+    assert tuning.progress("sst2", peaked) == "every run of the sst2 protocol is stored"
+
+
 def test_every_run_has_exactly_one_owner_shard():
     ready, _, _ = plan(PROTOCOL, lambda config: None, POINTS)
     for count in (1, 2, 3):

@@ -168,6 +168,16 @@ def plan(protocol: Protocol, lookup, points=POINTS) -> tuple[list[TrainConfig], 
     return unique, waiting, selections
 
 
+def progress(task: str, lookup, points=POINTS) -> str:
+    """How far the protocol of ``task`` has got: every run stored, or how many runs can start now and how many
+    points still wait for a rate, with the command that makes them (the labs print it under a tuned table)."""
+    ready, waiting, _ = plan(PROTOCOLS[task], lookup, points)
+    if not ready and not waiting:
+        return f"every run of the {task} protocol is stored"
+    return (f"the {task} protocol is not finished: {len(ready)} runs can start now and {len(waiting)} points wait "
+            f"for a rate; `python -m adapterlab tune --task {task}` makes them (stored runs are skipped)")
+
+
 def _identity(config: TrainConfig) -> str:
     return repr(sorted(dataclasses.asdict(config).items()))
 
