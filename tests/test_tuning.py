@@ -108,6 +108,9 @@ def test_progress_counts_the_grid_runs_left_and_the_points_waiting_then_says_whe
     assert "python -m adapterlab tune --task sst2" in line
     peaked = fake_lookup(lambda c: -abs(math.log(c.learning_rate / 1e-3)))  # every grid's best inside it
     assert tuning.progress("sst2", peaked) == "every run of the sst2 protocol is stored"
+    only_head = [point for point in POINTS if point.label == "head only"]
+    all_but_one = lambda c: None if c.learning_rate == 1e-2 else peaked(c)  # noqa: E731
+    assert "1 run can start now and 1 point waits for a rate" in tuning.progress("sst2", all_but_one, only_head)
 
 
 def test_every_run_has_exactly_one_owner_shard():

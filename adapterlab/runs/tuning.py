@@ -174,8 +174,10 @@ def progress(task: str, lookup, points=POINTS) -> str:
     ready, waiting, _ = plan(PROTOCOLS[task], lookup, points)
     if not ready and not waiting:
         return f"every run of the {task} protocol is stored"
-    return (f"the {task} protocol is not finished: {len(ready)} runs can start now and {len(waiting)} points wait "
-            f"for a rate; `python -m adapterlab tune --task {task}` makes them (stored runs are skipped)")
+    runs = f"{len(ready)} run can" if len(ready) == 1 else f"{len(ready)} runs can"
+    points = f"{len(waiting)} point waits" if len(waiting) == 1 else f"{len(waiting)} points wait"
+    return (f"the {task} protocol is not finished: {runs} start now and {points} for a rate; "
+            f"`python -m adapterlab tune --task {task}` makes them (stored runs are skipped)")
 
 
 def _identity(config: TrainConfig) -> str:
