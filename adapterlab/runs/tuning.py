@@ -175,8 +175,8 @@ def progress(task: str, lookup, points=POINTS) -> str:
     if not ready and not waiting:
         return f"every run of the {task} protocol is stored"
     runs = f"{len(ready)} run can" if len(ready) == 1 else f"{len(ready)} runs can"
-    points = f"{len(waiting)} point waits" if len(waiting) == 1 else f"{len(waiting)} points wait"
-    return (f"the {task} protocol is not finished: {runs} start now and {points} for a rate; "
+    waits = f"{len(waiting)} point waits" if len(waiting) == 1 else f"{len(waiting)} points wait"
+    return (f"the {task} protocol is not finished: {runs} start now and {waits} for a rate; "
             f"`python -m adapterlab tune --task {task}` makes them (stored runs are skipped)")
 
 
