@@ -246,28 +246,32 @@ def final_gain(curve: list[tuple[int, float]]) -> float:
 
 
 def run_protocol(task: str, *, stores: list[RunStore], shard: tuple[int, int] = (1, 1), backbone: str,
-                 data_dir=None, points=POINTS, poll_seconds: float = 30.0, on_run=None, log=print) -> dict:
+                 data_dir=None, points=POINTS, poll_seconds: float = 10.0, on_run=None, log=print) -> dict:
     """Train this shard's share of the protocol until every point has its seeds (see the module docstring);
-    return the selections. ``on_run(lookup)`` follows each run trained or found."""
+    return the selections. ``on_run(lookup)`` follows each run trained or found. While every run it could
+    start is held by another process, or a selection waits on runs still training, it says so in one line
+    (again only when what it waits for changes) and looks again every ``poll_seconds``."""
     protocol = PROTOCOLS[task]
     args = dict(backbone=backbone, data_dir=data_dir, max_train=protocol.max_train)
     lookup = stored_lookup(task, stores, backbone, data_dir)
     leases = Leases(([store for store in stores if not store.read_only] or stores)[0].folder / ".leases")
+    said = None
 
     while True:
         ready, waiting, selections = plan(protocol, lookup, points)
         mine = [config for config in ready if owner(config, shard[1]) == shard[0]]
         others = [config for config in reversed(ready) if owner(config, shard[1]) != shard[0]]  # from the far end
-        config = next((config for config in mine + others if leases.take(_lease(task, backbone, config))), None)
+        config = next((config for config in mine + others
+                       if leases.take(_lease(task, backbone, config), describe(config))), None)
         if config is not None:
             share = f"{len(mine)} of this shard's runs ready" if mine else \
                 f"helping shard {owner(config, shard[1])}: none of this shard's runs ready"
-            log(f"tune {task} shard {shard[0]}/{shard[1]}: {config.method} lr {config.peak_learning_rate:g} "
-                f"seed {config.seed} ({share}, {len(ready)} in all)")
+            log(f"tune {task} shard {shard[0]}/{shard[1]}: {describe(config)} ({share}, {len(ready)} in all)")
             try:
                 lookup_result = run_or_load(task, config, stores=stores, **args)
             finally:
                 leases.release(_lease(task, backbone, config))
+            said = None
             if lookup_result.result is not None and lookup_result.result.interrupted:
                 raise KeyboardInterrupt  # Ctrl-C or SIGTERM stopped the run: it is not stored, and the protocol stops
             if on_run is not None:
@@ -275,7 +279,27 @@ def run_protocol(task: str, *, stores: list[RunStore], shard: tuple[int, int] = 
             continue
         if not ready and not waiting:
             return selections
-        time.sleep(poll_seconds)  # another process trains the runs left, or the runs a selection waits on
+        line = _waiting_line(task, shard, ready, waiting, lambda config: leases.holder(_lease(task, backbone, config)))
+        if line != said:
+            log(line)
+            said = line
+        time.sleep(poll_seconds)
+
+
+def describe(config: TrainConfig) -> str:
+    """A run in a few words: its method, learning rate and seed."""
+    return f"{config.method} lr {config.peak_learning_rate:g} seed {config.seed}"
+
+
+def _waiting_line(task: str, shard: tuple[int, int], ready: list, waiting: list, holder) -> str:
+    """What a shard with nothing to start waits for: the runs other processes hold (who and since when) and
+    the points whose rate waits on them."""
+    held = [f"{describe(config)} (held by {holder(config) or 'a process that just finished it'})" for config in ready]
+    shown = "; ".join(held[:3]) + (f"; and {len(held) - 3} more" if len(held) > 3 else "")
+    points = f"{len(waiting)} point{'s' if len(waiting) != 1 else ''} wait{'s' if len(waiting) == 1 else ''} " \
+             f"for a rate" if waiting else ""
+    what = "; ".join(part for part in (shown, points) if part) or "the runs other processes are training"
+    return f"tune {task} shard {shard[0]}/{shard[1]}: nothing to start, waiting: {what}"
 
 
 def _lease(task: str, backbone: str, config: TrainConfig) -> str:
