@@ -151,9 +151,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     tune = commands.add_parser(
         "tune", help="the fair comparison: every method's learning rate chosen on validation rows, then 3 seeds",
-        description="Seed 0 over each method's learning-rate grid (extended past an edge that wins), the rate with "
-                    "the best validation score, then seeds 0, 1, 2 at it; every run stored as it finishes, so a "
-                    "rerun resumes. Prints each point's selected rate and dev mean and spread.")
+        description="Seed 0 over each method's learning-rate grid (extended past an edge that wins; a near tie "
+                    "decided on two seeds), the rate with the best validation score, then seeds 0, 1, 2 at it (and "
+                    "3, 4 where a claim of the course is undecided), then the budget check; every run stored as it "
+                    "finishes, so a rerun resumes. Prints each point's selected rate and dev mean and spread, the "
+                    "claims' verdicts and the budget check. Tasks with a protocol: sst2, cola.")
     tune.add_argument("--task", default="sst2", choices=tasks)
     tune.add_argument("--points", default=None, metavar="LABEL,...",
                       help="only these points of the comparison (default: all), e.g. 'Houlsby r=64,BitFit'")
@@ -516,6 +518,9 @@ def tune_command(args) -> int:
     from .training.data import check_glue_setting, get_task
 
     task = get_task(args.task).name
+    if task not in tuning.PROTOCOLS:
+        raise CommandError(f"--task {task}: no tuning protocol for it; the tasks with one are "
+                           f"{', '.join(tuning.PROTOCOLS)}", USAGE)
     with usage_errors():
         shard = parse_shard(args.shard)
         check_glue_setting(args.data, task)
@@ -527,20 +532,24 @@ def tune_command(args) -> int:
             unknown = [label for label in wanted if label not in known]
             if unknown:
                 raise ValueError(f"--points: no point {unknown[0]!r}; the points are {', '.join(known)}")
-            needed = set(wanted) | {known[label].rate_of for label in wanted if known[label].rate_of}
+            needed = set(wanted) | {known[label].near for label in wanted if known[label].near}
             points = tuple(point for point in tuning.POINTS if point.label in needed)
+    command = tuning.continue_command(task, points=points, backbone=args.backbone, data_dir=args.data,
+                                      store=args.store)
     if not args.report:
         try:
             tuning.run_protocol(task, stores=stores, shard=shard, backbone=args.backbone, data_dir=args.data,
                                 points=points)
         except KeyboardInterrupt:
-            print(f"adapterlab tune: interrupted; the runs finished are stored in {own}. Run the same command "
+            print(f"adapterlab tune: interrupted; the runs finished are stored in {own}. Run `{command}` "
                   "again to resume.", file=sys.stderr)
             return INTERRUPTED
     rows = tuning.tuned_rows(task, stores, args.backbone, args.data, points)
     print(tuning.tuned_table(rows, task))
     print(tuning.tuned_claim_lines(rows))
-    print(tuning.progress(task, tuning.stored_lookup(task, stores, args.backbone, args.data), points))
+    if all(label in {point.label for point in points} for label in tuning.BUDGET_POINTS):
+        print(tuning.budget_table(tuning.budget_rows(task, stores, args.backbone, args.data), task))
+    print(tuning.progress(task, tuning.stored_lookup(task, stores, args.backbone, args.data), points, command))
     return OK
 
 

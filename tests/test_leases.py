@@ -189,7 +189,8 @@ def test_a_shard_with_nothing_of_its_own_trains_the_other_shards_runs_once(small
     assert len(records) == len({r["id"] for r in records}) == len(logs)   # each run trained once
     assert any("helping shard 1" in line for line in logs)
     row, = tuned_rows("sst2", [store], TINY, points=points)
-    assert row["n"] == 3 and len(records) == len(row["grid"]) + 2         # the grid at seed 0, two more seeds
+    # the grid at seed 0, two more seeds, and seed 1 of the runner-up where seed 0 left a near tie
+    assert row["n"] == 3 and len(records) == len(row["grid"]) + 2 + bool(row["tie"])
     assert not any((store.folder / ".leases").iterdir())                  # every lease released
     tuning.run_protocol("sst2", stores=[store], shard=(1, 2), backbone=TINY, points=points, poll_seconds=0.01,
                         log=logs.append)

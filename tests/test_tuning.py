@@ -3,16 +3,19 @@ that grows past a winning edge, shared rates, and shards that split the runs wit
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from pathlib import Path
 
 import pytest
 
 from adapterlab.runs import tradeoff, tuning
+from adapterlab.runs.compare import compare
 from adapterlab.runs.reference import SeedRow
 from adapterlab.runs.store import RunStore
 from adapterlab.runs.tuning import POINTS, PROTOCOLS, Point, Protocol, owner, plan, select, tuned_rows
 from adapterlab.training.backbones import TINY, load_backbone
-from adapterlab.training.data import carve_validation, load_split
+from adapterlab.training.data import Split, carve_validation, get_task, load_split, nested_overlap
 from adapterlab.training.experiment import load_splits
 
 
@@ -22,58 +25,116 @@ def toy_data_only(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
 
-def fake_lookup(score_of):
+def fake_lookup(score_of, best_metric=lambda config: 0.5):
     """A store that holds every run, with validation score ``score_of(config)``."""
-    return lambda config: {"validation_metric": score_of(config), "best_metric": 0.5, "status": "complete"}
+    return lambda config: {"validation_metric": score_of(config), "best_metric": best_metric(config),
+                           "status": "complete", "metric": "accuracy", "key": {"settings": {"seed": config.seed}}}
 
 
 PROTOCOL = PROTOCOLS["sst2"]
+ROOT = Path(__file__).resolve().parent.parent
+SHARED_GLUE = next((p for p in (ROOT.parent / "shared" / "data" / "glue",) if p.is_dir()), None)
 
 
 def test_the_validation_rows_are_disjoint_from_training_and_the_same_for_every_seed():
-    train = load_split("sst2", "train")
+    train = load_split("cola", "train")
     rest, validation = carve_validation(train, 40)
     assert len(validation) == 40 and len(rest) == len(train) - 40
-    assert not set(rest.texts) & set(validation.texts) or len(set(train.texts)) < len(train.texts)
     pairs = lambda split: sorted(zip(split.texts, split.labels))  # noqa: E731
     assert sorted(pairs(rest) + pairs(validation)) == pairs(train)
-    _, _, v0 = load_splits("sst2", None, 100, None, seed=0, validation_rows=40)
-    t1, _, v1 = load_splits("sst2", None, 100, None, seed=1, validation_rows=40)
+    _, _, v0 = load_splits("cola", None, 100, None, seed=0, validation_rows=40)
+    t1, _, v1 = load_splits("cola", None, 100, None, seed=1, validation_rows=40)
     assert v0.texts == v1.texts == validation.texts
-    assert not set(t1.texts) & set(v1.texts) - set(rest.texts)
     assert len(t1) == 100 and set(t1.texts) <= set(rest.texts)
     with pytest.raises(ValueError, match="below"):
         carve_validation(train, len(train))
 
 
+def _contains(outer: str, inner: str) -> bool:
+    return f" {inner} " in f" {outer} "
+
+
+def test_phrases_of_a_validation_sentence_never_train_and_no_validation_row_contains_a_training_row():
+    """SST-2's layout on a small scale: sentences and every phrase of them, as rows; checked pair by pair."""
+    sentences = [("a gorgeous , witty , seductive movie .", 1), ("the plot is nothing but boilerplate clichés", 0),
+                 ("it 's a charming and often affecting journey .", 1), ("a dull , simple-minded and stereotypical tale", 0),
+                 ("one of the best films of the year", 1), ("the acting is bad and the story worse", 0)]
+    rows = []
+    for sentence, label in sentences * 3:
+        words = sentence.split()
+        rows += [(" ".join(words[i:j]), label) for i in range(len(words)) for j in range(i + 1, len(words) + 1)
+                 if j - i in (1, 2, len(words)) or (i, j) == (0, len(words) - 1)]
+    train = Split(get_task("sst2"), "train", [t for t, _ in rows], [y for _, y in rows], "rows", is_toy=True)
+    rest, validation = carve_validation(train, 2)
+    assert len(validation) == 2 and all(text in [s for s, _ in sentences] for text in validation.texts)
+    assert not any(_contains(t, v) or _contains(v, t) for v in validation.texts for t in rest.texts)
+    assert nested_overlap(validation, rest) == 0
+    plain = dataclasses.replace(train, task=dataclasses.replace(train.task, nested_rows=False))
+    leaky_rest, leaky = carve_validation(plain, 20)                          # rows drawn at random leak
+    assert nested_overlap(leaky, leaky_rest) == sum(
+        any(_contains(t, v) or _contains(v, t) for t in leaky_rest.texts) for v in leaky.texts) > 0
+
+
+@pytest.mark.skipif(SHARED_GLUE is None, reason="the GLUE data is not beside the project")
+def test_the_real_sst2_validation_split_shares_no_phrase_with_its_training_rows(monkeypatch):
+    monkeypatch.setenv("ADAPTERLAB_DATA", str(SHARED_GLUE))
+    train, _, validation = load_splits("sst2", None, None, None, seed=0, validation_rows=1000)
+    assert len(validation) == 1000 and nested_overlap(validation, train) == 0
+    assert 50_000 < len(train) < 67_349 - 1000                             # the phrases inside them left out
+
+
 def test_the_rate_with_the_best_validation_score_is_selected_not_the_best_dev_score():
     point = Point("BitFit", "bitfit")
-    # dev (best_metric) would pick 1e-2; validation picks 3e-3.
-    lookup = lambda c: {"validation_metric": {1e-3: 0.7, 3e-3: 0.8, 1e-2: 0.75}[c.learning_rate],  # noqa: E731
-                        "best_metric": c.learning_rate, "status": "complete"}
+    # dev (best_metric) would pick 1e-2; validation picks 3e-3, by more than the validation noise.
+    lookup = fake_lookup(lambda c: {1e-3: 0.70, 3e-3: 0.85, 1e-2: 0.75}[c.learning_rate], lambda c: c.learning_rate)
     selection, needed = select(point, PROTOCOL, lookup)
-    assert needed == [] and selection.rate == 3e-3 and not selection.at_edge
+    assert needed == [] and selection.rate == 3e-3 and not selection.at_edge and selection.tie_scores == {}
 
 
 def test_a_grid_whose_edge_wins_grows_past_it_and_says_when_it_stops():
     point = Point("BitFit", "bitfit")
-    rising = fake_lookup(lambda c: c.learning_rate)  # the larger the better, forever
+    rising = fake_lookup(lambda c: 0.3 + c.learning_rate)  # the larger the better, forever
     selection, _ = select(point, PROTOCOL, rising)
     assert len(selection.grid) == 3 + tuning.MAX_EXTENSIONS and selection.rate == max(selection.grid)
     assert selection.at_edge and max(selection.grid) > 1e-2
-    falling = fake_lookup(lambda c: -c.learning_rate)
+    falling = fake_lookup(lambda c: max(0.0, 0.9 - c.learning_rate * 20))
     assert min(select(point, PROTOCOL, falling)[0].grid) < 1e-3
+
+
+def test_the_validation_noise_is_the_standard_error_of_one_score():
+    # accuracy: sqrt(p (1 - p) / n); the Matthews correlation: (1 - phi^2) / sqrt(n - 1)
+    assert tuning.validation_noise(0.85, "accuracy", 1000) == pytest.approx((0.85 * 0.15 / 1000) ** 0.5)
+    assert tuning.validation_noise(0.3, "matthews", 801) == pytest.approx(0.91 / 800 ** 0.5)
+
+
+@pytest.mark.parametrize("second, chosen", [
+    ({1e-3: 0.80, 3e-3: 0.86}, 3e-3),   # seed 1 agrees with seed 0: 3e-3
+    ({1e-3: 0.88, 3e-3: 0.82}, 1e-3),   # the mean over seeds 0 and 1 turns the choice: 0.865 vs 0.84
+])
+def test_a_near_tie_at_seed_0_is_decided_on_the_mean_of_two_seeds(second, chosen):
+    point = Point("BitFit", "bitfit")
+    first = {1e-3: 0.85, 3e-3: 0.86, 1e-2: 0.70}        # 0.01 apart: within 2 standard errors (0.022)
+    stored = {}
+    lookup = lambda c: stored.get((c.learning_rate, c.seed)) or (  # noqa: E731
+        fake_lookup(lambda c: first[c.learning_rate])(c) if c.seed == 0 else None)
+    selection, needed = select(point, PROTOCOL, lookup)
+    assert selection.rate is None and sorted((c.learning_rate, c.seed) for c in needed) == [(1e-3, 1), (3e-3, 1)]
+    for config in needed:
+        stored[config.learning_rate, 1] = fake_lookup(lambda c: second[c.learning_rate])(config)
+    selection, needed = select(point, PROTOCOL, lookup)
+    assert needed == [] and selection.rate == chosen
+    assert selection.tie_scores == pytest.approx({rate: (first[rate] + second[rate]) / 2 for rate in second})
 
 
 def test_a_missing_seed_zero_run_is_what_the_selection_asks_for():
     point = Point("head only", "head")
-    lookup = lambda c: None if c.learning_rate == 3e-3 else {"validation_metric": 0.5, "status": "complete"}  # noqa
+    lookup = lambda c: None if c.learning_rate == 3e-3 else fake_lookup(lambda c: 0.5)(c)  # noqa: E731
     selection, needed = select(point, PROTOCOL, lookup)
     assert selection.rate is None and [c.learning_rate for c in needed] == [3e-3]
     assert needed[0].seed == 0 and needed[0].validation_rows == PROTOCOL.validation_rows
 
 
-def test_shared_points_wait_for_their_source_then_take_its_rate():
+def test_sizes_wait_for_r64s_rate_then_are_tuned_over_it_and_its_neighbours():
     points = (Point("Houlsby r=64", "houlsby", (("bottleneck", 64),)),
               Point("Houlsby r=8", "houlsby", (("bottleneck", 8),), "Houlsby r=64"))
     store = {}
@@ -81,36 +142,99 @@ def test_shared_points_wait_for_their_source_then_take_its_rate():
     lookup = lambda c: store.get(key(c))  # noqa: E731
     ready, waiting, _ = plan(PROTOCOL, lookup, points)
     assert {c.bottleneck for c in ready} == {64} and len(waiting) == 2
+    peak = {64: 1e-3, 8: 3e-4}
+    score = lambda c: 0.9 - 0.1 * abs(math.log10(c.learning_rate / peak[c.bottleneck]))  # noqa: E731
     for config in ready:
-        store[key(config)] = {"validation_metric": -abs(math.log10(config.learning_rate) + 3), "status": "complete"}
+        store[key(config)] = fake_lookup(score)(config)
     ready, waiting, selections = plan(PROTOCOL, lookup, points)
-    assert selections["Houlsby r=64"].rate == 1e-3 and not waiting
-    assert sorted((c.bottleneck, c.seed) for c in ready) == [(8, 0), (8, 1), (8, 2), (64, 1), (64, 2)]
-    assert {c.learning_rate for c in ready} == {1e-3}
+    assert selections["Houlsby r=64"].rate == 1e-3 and [p.label for p in waiting] == ["Houlsby r=8"]
+    grid_of_8 = sorted(c.learning_rate for c in ready if c.bottleneck == 8)
+    assert grid_of_8 == [3e-4, 1e-3, 3e-3]                   # r = 64's rate and its neighbours, at seed 0
+    for config in ready:
+        store[key(config)] = fake_lookup(score)(config)
+    ready, waiting, selections = plan(PROTOCOL, lookup, points)
+    assert [(c.bottleneck, c.learning_rate, c.seed) for c in ready if c.bottleneck == 8] == [(8, 1e-4, 0)]
+    store[8, 1e-4, 0] = fake_lookup(score)(ready[0])           # 3e-4 won at the window's edge: one step past it
+    ready, waiting, selections = plan(PROTOCOL, lookup, points)
+    assert selections["Houlsby r=8"].rate == 3e-4 and selections["Houlsby r=8"].grid == [1e-4, 3e-4, 1e-3, 3e-3]
+    assert sorted((c.bottleneck, c.learning_rate, c.seed) for c in ready) == [(8, 3e-4, 1), (8, 3e-4, 2)]
 
 
-def test_the_seeds_of_points_that_choose_a_rate_come_before_those_of_points_that_borrow_it():
-    seed_zero_only = lambda c: {"validation_metric": c.learning_rate, "best_metric": 0.5, "status": "complete"} \
+def test_a_neighbour_grid_at_the_methods_edge_steps_past_it():
+    assert tuning.neighbours((1e-4, 3e-4, 1e-3, 3e-3), 3e-3) == [1e-3, 3e-3, 9e-3]
+    assert tuning.neighbours((1e-4, 3e-4, 1e-3, 3e-3), 1e-4) == [3e-5, 1e-4, 3e-4]
+    assert tuning.neighbours((1e-4, 3e-4, 1e-3, 3e-3), 9e-3) == [3e-3, 9e-3, 3e-2]
+
+
+def test_the_seeds_of_points_that_choose_a_rate_come_before_those_of_points_tuned_near_them():
+    seed_zero_only = lambda c: fake_lookup(lambda c: 0.9 - abs(math.log10(c.learning_rate / 1e-3)) / 10)(c) \
         if c.seed == 0 else None  # noqa: E731
     ready, waiting, _ = plan(PROTOCOL, seed_zero_only)
-    borrows = [any(c == p.config(PROTOCOL, learning_rate=c.learning_rate, seed=c.seed) for p in POINTS if p.rate_of)
-               for c in ready]
-    assert waiting == [] and any(borrows) and not all(borrows)
-    assert borrows == sorted(borrows)  # every run of a point that chooses its rate, then the borrowers'
+    near = [any(c == p.config(PROTOCOL, learning_rate=c.learning_rate, seed=c.seed) for p in POINTS if p.near)
+            for c in ready if c.seed > 0 and tuning.protocol_for("sst2", c) is PROTOCOL]
+    assert waiting == [] and any(near) and not all(near)
+    assert near == sorted(near)  # every seed of a point that chooses its rate, then those tuned near them
+
+
+def _label_of(config):
+    """The point a run belongs to (in the standard protocol or the budget check)."""
+    return next(p.label for p in POINTS for protocol in (PROTOCOL, tuning.BUDGET_PROTOCOLS["sst2"])
+                if p.config(protocol, learning_rate=config.learning_rate, seed=config.seed) == config)
+
+
+def _seeded_lookup(values):
+    """Every run stored: validation peaked at 1e-3 (no near ties), dev score ``values[label][seed]``."""
+    return fake_lookup(lambda c: 0.9 - abs(math.log10(c.learning_rate / 1e-3)) / 10,
+                       lambda c: values.get(_label_of(c), [0.5] * 5)[c.seed])
+
+
+def test_an_undecided_claim_gives_both_of_its_points_seeds_3_and_4():
+    far = {"full fine-tuning": [0.86, 0.87, 0.88, 0.0, 0.0], "Houlsby r=64": [0.80, 0.81, 0.82, 0.0, 0.0]}
+    lookup = _seeded_lookup(far)                        # 6 points apart with spreads of 1: decided at 3 seeds
+    everything = lambda c: lookup(c) if c.seed in tuning.SEEDS else None  # noqa: E731
+    ready, _, _ = plan(PROTOCOL, everything)
+    assert [c for c in ready if c.seed in tuning.MORE_SEEDS] == []
+    close = {"full fine-tuning": [0.85, 0.87, 0.86, 0.86, 0.86], "Houlsby r=64": [0.84, 0.86, 0.85, 0.85, 0.85]}
+    lookup = _seeded_lookup(close)                      # 1 point apart with spreads of 1: undecided
+    everything = lambda c: lookup(c) if c.seed in tuning.SEEDS else None  # noqa: E731
+    ready, _, selections = plan(PROTOCOL, everything)
+    more = {(c.method, c.seed) for c in ready if c.seed in tuning.MORE_SEEDS}
+    assert {("full", 3), ("full", 4), ("houlsby", 3), ("houlsby", 4)} <= more
+    assert tuning.seeds_of(POINTS[0], selections, everything, PROTOCOL) == (0, 1, 2, 3, 4)
+
+
+def test_the_budget_check_trains_the_headline_pair_longer_at_their_selected_rates():
+    lookup = _seeded_lookup({})
+    standard_only = lambda c: lookup(c) if tuning.protocol_for("sst2", c) is PROTOCOL else None  # noqa: E731
+    ready, _, selections = plan(PROTOCOL, standard_only)
+    longer = tuning.BUDGET_PROTOCOLS["sst2"]
+    assert sorted((c.method, c.seed) for c in ready) == [(m, s) for m in ("full", "houlsby") for s in tuning.SEEDS]
+    assert all((c.epochs, c.eval_every) == (longer.epochs, longer.eval_every) for c in ready)
+    assert all(c.learning_rate == selections[_label_of(c)].rate for c in ready)
+    assert all(tuning.protocol_for("sst2", c).max_train is None for c in ready)
 
 
 def test_progress_counts_the_grid_runs_left_and_the_points_waiting_then_says_when_all_is_stored():
     from adapterlab import methods
 
-    grid_runs = sum(len(methods.get(p.method).learning_rates) for p in POINTS if p.rate_of is None)
+    grid_runs = sum(len(methods.get(p.method).learning_rates) for p in POINTS if p.near is None)
     line = tuning.progress("sst2", lambda config: None)
     assert f"{grid_runs} runs can start now and {len(POINTS)} points wait" in line
-    assert "python -m adapterlab tune --task sst2" in line
-    peaked = fake_lookup(lambda c: -abs(math.log(c.learning_rate / 1e-3)))  # every grid's best inside it
-    assert tuning.progress("sst2", peaked) == "every run of the sst2 protocol is stored"
+    assert "`python -m adapterlab tune --task sst2`" in line
+    assert tuning.progress("sst2", _seeded_lookup({})) == "every run of the sst2 protocol is stored"
     only_head = [point for point in POINTS if point.label == "head only"]
-    all_but_one = lambda c: None if c.learning_rate == 1e-2 else peaked(c)  # noqa: E731
-    assert "1 run can start now and 1 point waits for a rate" in tuning.progress("sst2", all_but_one, only_head)
+    all_but_one = lambda c: None if c.learning_rate == 1e-2 else _seeded_lookup({})(c)  # noqa: E731
+    line = tuning.progress("sst2", all_but_one, only_head)
+    assert "1 run can start now and 1 point waits for a rate" in line
+    assert "`python -m adapterlab tune --task sst2 --points 'head only'`" in line
+
+
+def test_the_command_that_continues_a_protocol_keeps_its_points_backbone_data_and_store():
+    points = [point for point in POINTS if point.label in ("BitFit", "head only")]
+    assert tuning.continue_command("cola", points=points, backbone="all-MiniLM-L6-v2", data_dir="my glue",
+                                   store="runs/mine") == ("python -m adapterlab tune --task cola --points "
+                                                          "'BitFit,head only' --backbone all-MiniLM-L6-v2 "
+                                                          "--data 'my glue' --store runs/mine")
 
 
 def test_every_run_has_exactly_one_owner_shard():
@@ -182,44 +306,41 @@ def test_a_stopped_run_stops_the_protocol_and_is_not_stored(monkeypatch, tmp_pat
     assert calls == [1] and store.records() == []
 
 
-def _row(label, values, rate=1e-3, rate_of=None, trained=1000):
+def _row(label, values, rate=1e-3, trained=1000, tie=None):
     """A tuned row as tuned_rows gives it, its spread computed here, apart from the code under test."""
     n = len(values)
     mean = sum(values) / n if n else math.nan
     std = (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5 if n > 1 else math.nan
-    seeds = SeedRow(label, None, "accuracy", tuple(values), tuning.SEEDS[:n], tuning.SEEDS[n:], 0, mean, std)
-    return {"label": label, "method": "x", "rate": rate, "rate_of": rate_of, "grid": {}, "at_edge": False,
-            "mean": mean, "std": std, "n": n, "values": list(values), "trained_parameters": trained if n else None,
-            "seed_row": seeds}
+    seeds = tuple(range(n))
+    row = SeedRow(label, None, "accuracy", tuple(values), seeds, (), 0, mean, std)
+    return {"label": label, "method": "x", "rate": rate, "near": None, "grid": {}, "tie": tie or {}, "at_edge": False,
+            "mean": mean, "std": std, "n": n, "values": list(values), "seeds": seeds,
+            "trained_parameters": trained if n else None, "seed_row": row}
 
 
-@pytest.mark.parametrize("full, expected", [
-    ((0.850, 0.852, 0.854), False),   # means 0.844 and 0.852, spreads 0.004 and 0.002: 0.008 apart, not within
-    ((0.843, 0.845, 0.847), True),    # 0.001 apart
-    ((0.835, 0.846, 0.857), True),    # 0.002 apart; the full runs' own spread (0.011) is the larger
-    ((0.855, 0.857, 0.859), False),   # 0.013 apart, more than the larger spread 0.004
-])
-def test_adapters_match_full_fine_tuning_only_within_the_larger_spread(full, expected):
+def test_claims_are_read_with_the_courses_rule_over_every_stored_seed():
     houlsby = _row("Houlsby r=64", (0.840, 0.844, 0.848))
-    mean = sum(full) / 3
-    spread = (sum((v - mean) ** 2 for v in full) / 2) ** 0.5
-    assert (abs(mean - 0.844) <= max(0.004, spread)) is expected  # the rule, computed apart from the code
-    claims = tuning.tuned_claims([houlsby, _row("full fine-tuning", full)])
-    assert claims["adapters_match_full"] is expected
+    far = _row("full fine-tuning", (0.866, 0.870, 0.874))
+    close = _row("full fine-tuning", (0.838, 0.846, 0.850, 0.842, 0.848))
+    (pair, verdict), = tuning.tuned_comparisons([houlsby, far]).items()
+    assert pair == ("full fine-tuning", "Houlsby r=64") and verdict.verdict == "ahead"
+    assert verdict.n_a == 3 and verdict == compare(far["seed_row"], houlsby["seed_row"])
+    verdict, = tuning.tuned_comparisons([houlsby, close]).values()
+    assert verdict.n_a == 5 and verdict.verdict == compare(close["seed_row"], houlsby["seed_row"]).verdict
 
 
 def test_a_claim_waits_for_every_seed():
     rows = [_row("Houlsby r=64", (0.840, 0.844, 0.848)), _row("full fine-tuning", (0.845, 0.846)),
             _row("LoRA r=8", ())]
-    assert tuning.tuned_claims(rows) == {"adapters_match_full": None, "lora_matches_adapters": None}
+    assert tuning.tuned_comparisons(rows) == {("full fine-tuning", "Houlsby r=64"): None,
+                                              ("LoRA r=8", "Houlsby r=64"): None}
     assert tuning.tuned_claim_lines(rows).splitlines() == [
-        "tuned, Houlsby r = 64 is within one spread of full fine-tuning: not stored yet",
-        "tuned, LoRA r = 8 is within one spread of Houlsby r = 64: not stored yet"]
+        "tuned, full fine-tuning vs Houlsby r=64: not stored yet", "tuned, LoRA r=8 vs Houlsby r=64: not stored yet"]
 
 
 def test_the_table_shows_rates_spreads_and_the_paper_beside_ours():
     rows = [_row("Houlsby r=64", (0.840, 0.844, 0.848), trained=753_794),
-            _row("Houlsby r=8", (0.83,), rate_of="Houlsby r=64"), _row("full fine-tuning", (), rate=None)]
+            _row("Houlsby r=8", (0.83,), tie={1e-3: 0.8, 3e-4: 0.79}), _row("full fine-tuning", (), rate=None)]
     lines = tuning.tuned_table(rows, "sst2").splitlines()
     assert lines[1].split() == ["Houlsby", "r=64", "0.001", "753,794", "84.4", "±", "0.4", "(3)", "94.0"]
     assert lines[2].split() == ["Houlsby", "r=8", "0.001*", "1,000", "83.0", "(1)"]

@@ -74,6 +74,9 @@ class TaskSpec:
     label_values: tuple[str, ...] = ("0", "1")  # how label id i is written in the TSV
     hub_name: str = ""  # the nyu-mll/glue configuration; defaults to ``name``
     hub_fields: tuple[str, ...] = ("sentence",)
+    #: The training split holds every phrase of its sentences' parse trees (SST-2): its rows contain one another,
+    #: so validation rows drawn at random would also sit, word for word, inside rows that train.
+    nested_rows: bool = False
 
     @property
     def is_pair(self) -> bool:
@@ -89,7 +92,7 @@ TASKS: dict[str, TaskSpec] = {
     "sst2": TaskSpec(
         name="sst2", glue_folder="SST-2", num_labels=2, metric="accuracy",
         label_names=("negative", "positive"),
-        num_columns=2, text_columns=(0,), label_column=1, header="label",
+        num_columns=2, text_columns=(0,), label_column=1, header="label", nested_rows=True,
     ),
     "cola": TaskSpec(
         name="cola", glue_folder="CoLA", num_labels=2, metric="matthews",
@@ -359,19 +362,88 @@ VALIDATION_SEED = 1902
 def carve_validation(train: Split, rows: int) -> tuple[Split, Split]:
     """Split a task's training rows in two: ``rows`` label-stratified rows to select on (the validation
     split, fixed by :data:`VALIDATION_SEED`) and the rest to train on, disjoint. Model selection — the step
-    to keep, the learning rate — reads validation, so the dev set can report a score nothing chose."""
+    to keep, the learning rate — reads validation, so the dev set can report a score nothing chose.
+
+    Where the rows contain one another (``nested_rows``: SST-2's training file holds every phrase of every
+    sentence), disjoint rows are not independent rows: a validation phrase found word for word inside a
+    training phrase has had its label learned. There the validation rows are whole sentences — rows that no
+    other row contains (:func:`outermost_rows`) — and every row inside one of them leaves the training side,
+    so no validation row contains a training row or sits inside one (:func:`nested_overlap` counts them)."""
     rows = check_positive_int("validation_rows", rows)
     if train.split != "train" or train.total_rows is not None:
         raise ValueError("carve the validation rows out of a task's whole training split")
     if rows >= len(train):
         raise ValueError(f"validation_rows must be below the {len(train):,} training rows; got {rows:,}")
-    held = set(stratified_indices(train.labels, rows, VALIDATION_SEED))
+    if train.task.nested_rows:
+        held, dropped, how = _carve_nested(train, rows)
+    else:
+        held, dropped, how = set(stratified_indices(train.labels, rows, VALIDATION_SEED)), set(), ""
+
     def part(name, keep, subset):
         return dataclasses.replace(train, split=name, texts=[x for i, x in enumerate(train.texts) if keep(i)],
                                    labels=[y for i, y in enumerate(train.labels) if keep(i)],
                                    total_rows=len(train), subset=subset)
-    return (part("train", lambda i: i not in held, f"the {rows:,} validation rows held out"),
-            part("validation", lambda i: i in held, f"held out of train, seed {VALIDATION_SEED}"))
+
+    left_out = f" and the {len(dropped):,} phrases inside them" if dropped else ""
+    return (part("train", lambda i: i not in held and i not in dropped,
+                 f"the {rows:,} validation rows{left_out} held out"),
+            part("validation", lambda i: i in held, f"held out of train{how}, seed {VALIDATION_SEED}"))
+
+
+def _words(text) -> tuple[str, ...]:
+    return tuple(" ".join(text).split() if isinstance(text, tuple) else text.split())
+
+
+def _inner_phrases(words: tuple[str, ...]):
+    """Every run of consecutive words of a row, the row itself included."""
+    return (words[start:end] for start in range(len(words)) for end in range(start + 1, len(words) + 1))
+
+
+def outermost_rows(texts) -> list[int]:
+    """The rows that no other row contains word for word (a phrase's longest enclosing phrase: in SST-2, the
+    sentences), each text once (its first row)."""
+    words = [_words(text) for text in texts]
+    first = {}
+    for index, row in enumerate(words):
+        first.setdefault(row, index)
+    inside = set()
+    for row in first:
+        inside.update(phrase for phrase in _inner_phrases(row) if phrase != row and phrase in first)
+    return [index for row, index in first.items() if row not in inside]
+
+
+def _carve_nested(train: Split, rows: int) -> tuple[set, set, str]:
+    """Validation rows drawn from the outermost rows (label-stratified), and the rows that sit inside them."""
+    held, dropped = _nested_carving(tuple(train.texts), tuple(train.labels), rows)
+    return set(held), set(dropped), ", whole sentences only"
+
+
+@functools.lru_cache(maxsize=4)
+def _nested_carving(texts: tuple, labels: tuple, rows: int) -> tuple[frozenset, frozenset]:
+    """:func:`_carve_nested` on hashable rows, kept: every seed and run of a protocol carves the same rows."""
+    candidates = outermost_rows(texts)
+    if rows >= len(candidates):
+        raise ValueError(f"validation_rows must be below the {len(candidates):,} whole sentences of the training "
+                         f"split (its other rows are phrases of them); got {rows:,}")
+    held = {candidates[i] for i in stratified_indices([labels[i] for i in candidates], rows, VALIDATION_SEED)}
+    inner = {phrase for i in held for phrase in _inner_phrases(_words(texts[i]))}
+    dropped = {i for i, text in enumerate(texts) if i not in held and _words(text) in inner}
+    return frozenset(held), frozenset(dropped)
+
+
+def nested_overlap(validation: Split, train: Split) -> int:
+    """How many validation rows sit inside a training row or contain one, word for word: what
+    :func:`carve_validation` keeps at 0. Computed by plain substring search, apart from the carving."""
+    training = "\n".join(f" {' '.join(_words(text))} " for text in train.texts)
+    held = [f" {' '.join(_words(text))} " for text in validation.texts]
+    joined = "\n".join(held)
+    inside = {v for v, text in enumerate(held) if text in training}
+    containing = set()
+    for text in train.texts:
+        phrase = f" {' '.join(_words(text))} "
+        if phrase in joined:
+            containing.update(v for v, row in enumerate(held) if phrase in row)
+    return len(inside | containing)
 
 
 def stratified_indices(labels, size: int, seed: int = 0) -> list[int]:

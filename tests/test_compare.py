@@ -1,0 +1,103 @@
+"""The course's comparison rule, checked against computations of its own: Welch's interval by hand, a simulation
+of how often it calls a gap real when there is none (n = 3 and n = 5), how often its interval holds the true
+difference, and the seeds it says would settle an undecided comparison."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from adapterlab.runs.compare import MARGINS, compare
+from adapterlab.runs.reference import SeedRow
+
+SIMULATIONS = 3000
+
+
+def _welch_by_hand(x, y):
+    """The 95 % Welch interval of mean(x) - mean(y), written out (Welch-Satterthwaite degrees of freedom)."""
+    vx, vy = np.var(x, ddof=1) / len(x), np.var(y, ddof=1) / len(y)
+    df = (vx + vy) ** 2 / (vx ** 2 / (len(x) - 1) + vy ** 2 / (len(y) - 1))
+    half = stats.t.ppf(0.975, df) * math.sqrt(vx + vy)
+    d = np.mean(x) - np.mean(y)
+    return d - half, d + half
+
+
+def test_the_interval_is_welchs_and_the_verdict_follows_it():
+    x, y = [0.850, 0.862, 0.871], [0.840, 0.845, 0.851, 0.838]
+    verdict = compare(x, y)
+    assert (verdict.low, verdict.high) == pytest.approx(_welch_by_hand(x, y))
+    assert verdict.verdict == ("ahead" if verdict.low > 0 else "undecided")
+    assert compare(y, x).verdict == {"ahead": "behind", "undecided": "undecided"}[verdict.verdict]
+
+
+@pytest.mark.parametrize("n", [3, 5])
+def test_equal_means_are_called_different_at_most_5_percent_of_the_time(n):
+    """Under equal means the rule may call A or B ahead only as often as a 95 % interval allows (Welch's is
+    a little conservative at small n, so the rate may fall somewhat below 5 %), and its interval holds the true
+    difference 0 at least 95 % of the time, within the simulation's own sampling error."""
+    rng = np.random.default_rng(n)
+    called, by_hand, covered = 0, 0, 0
+    for _ in range(SIMULATIONS):
+        x, y = rng.normal(0.85, 0.01, n), rng.normal(0.85, 0.01, n)
+        verdict = compare(x, y)
+        called += verdict.verdict in ("ahead", "behind")
+        low, high = _welch_by_hand(x, y)
+        by_hand += low > 0 or high < 0
+        covered += verdict.low <= 0 <= verdict.high
+    error = 3 * math.sqrt(0.05 * 0.95 / SIMULATIONS)
+    assert called == by_hand                                  # the same decision, draw by draw
+    assert 0.02 < called / SIMULATIONS <= 0.05 + error
+    assert covered / SIMULATIONS >= 0.95 - error
+
+
+def test_a_gap_of_three_spreads_is_found_at_five_seeds_and_equal_settings_are_level_when_seeds_are_tight():
+    rng = np.random.default_rng(7)
+    found = sum(compare(rng.normal(0.88, 0.01, 5), rng.normal(0.85, 0.01, 5)).verdict == "ahead" for _ in range(500))
+    assert found / 500 > 0.9
+    level = sum(compare(rng.normal(0.85, 0.001, 5), rng.normal(0.85, 0.001, 5)).verdict == "level" for _ in range(500))
+    assert level / 500 > 0.9
+
+
+def _exactly(mean, std, n):
+    """n values whose sample mean and sample standard deviation are exactly ``mean`` and ``std``."""
+    z = np.linspace(-1, 1, n)
+    z = (z - z.mean()) / z.std(ddof=1)
+    return mean + std * z
+
+
+def test_the_seeds_that_would_settle_an_undecided_comparison_do_settle_it():
+    a, b = _exactly(0.86, 0.01, 3), _exactly(0.85, 0.01, 3)
+    verdict = compare(a, b)
+    assert verdict.verdict == "undecided" and verdict.seeds_to_settle is not None
+    n = verdict.seeds_to_settle
+    assert compare(_exactly(0.86, 0.01, n), _exactly(0.85, 0.01, n)).verdict == "ahead"
+    assert compare(_exactly(0.86, 0.01, n - 1), _exactly(0.85, 0.01, n - 1)).verdict == "undecided"
+
+
+def test_a_fixed_value_is_compared_by_the_one_sample_interval():
+    mcc = [0.048, 0.016, 0.032]                             # CoLA's head only against chance (MCC 0)
+    verdict = compare(mcc, 0.0)
+    half = stats.t.ppf(0.975, 2) * np.std(mcc, ddof=1) / math.sqrt(3)
+    assert (verdict.low, verdict.high) == pytest.approx((np.mean(mcc) - half, np.mean(mcc) + half))
+    assert verdict.verdict == "undecided" and verdict.n_b is None
+    assert compare([0.30, 0.31, 0.32], 0.0).verdict == "ahead"
+
+
+def test_the_margin_follows_the_metric_and_the_line_says_what_was_measured():
+    row = lambda label, values, metric: SeedRow(label, None, metric, tuple(values), (0, 1, 2), (), 0,  # noqa: E731
+                                                float(np.mean(values)), float(np.std(values, ddof=1)))
+    verdict = compare(row("Houlsby", [0.20, 0.22, 0.24], "matthews"), row("LoRA", [0.21, 0.23, 0.22], "matthews"))
+    assert verdict.margin == MARGINS["matthews"] and verdict.a == "Houlsby" and verdict.b == "LoRA"
+    line = verdict.describe()
+    assert line.startswith("Houlsby vs LoRA undecided") and "95 % interval" in line and "3 and 3 seeds" in line
+    ahead = compare(row("full", [0.88, 0.881, 0.882], "accuracy"), row("Houlsby", [0.84, 0.85, 0.86], "accuracy"))
+    assert ahead.describe().startswith("full ahead of Houlsby: difference +3.1 points")
+
+
+def test_too_few_seeds_decide_nothing():
+    assert compare([0.9], [0.5, 0.6]).verdict == "undecided"
+    assert "fewer than 2 seeds" in compare([0.9], [0.5, 0.6]).describe()
+    assert compare([0.5, 0.5, 0.5], [0.5, 0.5, 0.5]).verdict == "level"   # identical seeds: an exact zero
