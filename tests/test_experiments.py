@@ -167,7 +167,8 @@ def _reference_record():
         record = json.loads(path.read_text())
         settings = record["key"]["settings"]
         if (settings.get("train_pooler") is REFERENCE_CONFIG.train_pooler and settings["method"] == "houlsby"
-                and settings.get("bottleneck") == REFERENCE_CONFIG.bottleneck and record.get("best_metric") is not None):
+                and settings.get("bottleneck") == REFERENCE_CONFIG.bottleneck and record.get("best_metric") is not None
+                and settings.get("max_steps") == REFERENCE_CONFIG.max_steps and "validation_rows" not in settings):
             return path, record
     return None, None
 
