@@ -371,3 +371,18 @@ def test_a_tuned_row_carries_seed_zeros_curve_at_its_selected_rate(monkeypatch, 
                      and r["key"]["settings"]["peak_learning_rate"] == row["rate"])
     assert [step for step, _ in row["curve"]] == [e["step"] for e in seed_zero["evals"]] and len(row["curve"]) > 1
     assert max(score for _, score in row["curve"]) == seed_zero["validation_metric"]  # the step it kept
+
+
+@pytest.mark.parametrize("means, first_spread, expected", [
+    ((0.80, 0.83, 0.85, 0.85), 0.001, "Houlsby r=32"),   # r = 2 and 8 clearly behind; r = 32 level with the best
+    ((0.845, 0.83, 0.85, 0.85), 0.01, None),             # r = 2's seeds too spread to place it: no knee claimed
+])
+def test_the_knee_is_the_first_size_the_seeds_do_not_place_behind_the_best(means, first_spread, expected):
+    rows = [_row(f"Houlsby r={r}", (mean - spread, mean, mean + spread))
+            for r, mean, spread in zip((2, 8, 32, 64), means, (first_spread, 0.001, 0.001, 0.001))]
+    row, line = tuning.knee(rows)
+    assert (row and row["label"]) == expected
+    best = max(rows, key=lambda r: r["mean"])["seed_row"]
+    verdicts = [compare(r["seed_row"], best).verdict for r in rows]
+    assert verdicts[:2] == (["behind", "behind"] if expected else ["undecided", "behind"])
+    assert line.startswith("the knee of r: " + (expected or "undecided"))

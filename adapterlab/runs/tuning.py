@@ -557,3 +557,23 @@ def tuned_claim_lines(rows: list[dict], pairs=CLAIMS) -> str:
     """One line per claim: its verdict in words with the interval behind it, or "not stored yet"."""
     return "\n".join(f"tuned, {a} vs {b}: not stored yet" if verdict is None else f"tuned, {verdict.describe()}"
                      for (a, b), verdict in tuned_comparisons(rows, pairs).items())
+
+
+def knee(rows: list[dict]) -> tuple[dict | None, str]:
+    """The knee of the adapter size under the course's rule: in rows of increasing size, the first that the
+    seeds do not place behind the best mean, every smaller one being behind it. Returns that row (None where the
+    seeds cannot place it) and one line saying why."""
+    measured = [row for row in rows if set(SEEDS) <= set(row["seed_row"].seeds)]
+    if len(measured) < len(rows) or len(rows) < 2:
+        return None, "the knee of r: not stored yet"
+    best = max(measured, key=lambda row: row["mean"])
+    for row in measured:
+        if row is best:
+            return row, f"the knee of r: {row['label']}, the best mean (every smaller size is behind it)"
+        verdict = compare(row["seed_row"], best["seed_row"])
+        if verdict.verdict == "undecided":
+            return None, f"the knee of r: undecided, the seeds cannot place {row['label']} against {best['label']}"
+        if verdict.verdict != "behind":
+            return row, f"the knee of r: {row['label']} ({verdict.describe()})"
+    raise AssertionError("unreachable: the best row is among the rows")
+
