@@ -256,42 +256,36 @@ def test_no_deck_shows_an_absolute_path(tmp_path):
 # legible at the back of the room: lines that fit, tables, figure fonts, prose within a slide
 # --------------------------------------------------------------------------------------------------
 
-import ast  # noqa: E402
+from adapterlab.slide_layout import (PROSE_WORDS, _legible_text, legible_figure, prose_words,  # noqa: E402
+                                     text_tables_as_html, wrap_output_line)
 
-from adapterlab.slide_layout import (CODE_WIDTH, PROSE_WORDS, legible_figure, prose_words,  # noqa: E402
-                                     reflow_code, text_tables_as_html, wrap_output_line)
-
-LONG_CODE = '''def report(points, majority):
-    """The trained parameters of one task: its adapters, the LayerNorms when trained, and the classifier head."""
-    paper = (f"Paper, BERT-base on MNLI-m (Fig. 4): top layer only (~9M trained) {points['top'].value} %, "
-             f"adapters r = 64 (~2M) {points['adapters'].value} %, full fine-tuning {points['full'].value} %.")
-    print("Houlsby r = 2 and r = 8 below r = 64 by more than one spread:", below_by(points[2], points[64]) and below_by(points[8], points[64]))
-    total = sum(p.numel() for p in model.parameters() if p.requires_grad)  # the parameters one task trains and saves
-    return tradeoff_figure(points, f"SST-2 dev accuracy against trained parameters ({points.backbone}, 3 seeds)", baseline=("majority", majority), note=paper)
-'''
+CODE = '''def report(points, majority):
+    """The trained parameters of one task: its adapters, the LayerNorms, the head."""
+    total = sum(p.numel() for p in model.parameters() if p.requires_grad)  # trained
+    print("Houlsby r = 2 and r = 8 below r = 64 by more than a spread, as lab 7 showed:", total)
+    return tradeoff_figure(points, f"SST-2 dev accuracy ({points.backbone})", note=paper)'''
 
 
-def _docstrings_as_words(source: str) -> str:
-    tree = ast.parse(source)
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-            body[0].value.value = " ".join(str(body[0].value.value).split())
-    return ast.dump(tree)
+def test_a_code_cell_is_shown_exactly_as_written(tmp_path):
+    deck = export(tmp_path, [cell("code", "# NBVAL_IGNORE_OUTPUT\n" + CODE, "slide")])
+    [slide] = [slide for slide in deck.slides if "def report" in slide["text"]]
+    assert CODE in slide["text"], "every line, its breaks and its indentation as in the notebook"
 
 
-def test_long_code_lines_are_reflowed_into_the_same_program():
-    shown = reflow_code(LONG_CODE)
-    assert max(len(line) for line in shown.splitlines()) <= CODE_WIDTH
-    assert _docstrings_as_words(shown) == _docstrings_as_words(LONG_CODE), "the program (and docstring words) unchanged"
-    assert "# the parameters one task trains and saves" in shown, "a trailing comment keeps its words"
-    continued = [line for line in shown.splitlines()[1:] if line.strip() and not line.startswith("    ")]
-    assert not continued, f"a continuation line starts at the left margin: {continued}"
+def test_a_printed_source_listing_is_shown_as_written():
+    listing = CODE + "\n"
+    output = {"output_type": "stream", "name": "stdout", "text": listing}
+    assert _legible_text(output)["text"] == listing
 
 
-def test_code_that_does_not_parse_is_shown_as_written():
-    magic = "%timeit " + "x" * 120
-    assert reflow_code(magic) == magic
+def test_a_folded_explanation_shows_its_summary_then_its_body_as_a_fragment(tmp_path):
+    folded = ("Run the cell and compare.\n\n<details><summary>What this teaches</summary>\n\n"
+              "THE-EXPLANATION stays hidden.\n\n</details>\n\nAFTER-THE-FOLD")
+    deck = export(tmp_path, [cell("md", "## Fold", "slide"), cell("md", folded)])
+    [slide] = [slide for slide in deck.slides if "Fold" in slide["text"]]
+    assert "What this teaches" in slide["text"] and "What this teaches" not in "".join(slide["fragments"])
+    assert any("THE-EXPLANATION" in fragment for fragment in slide["fragments"]), "the body is the next key press"
+    assert "<details>" not in slide["text"] and "AFTER-THE-FOLD" in deck.text
 
 
 def test_a_text_table_becomes_an_html_table_with_the_same_cells():

@@ -6,7 +6,9 @@ open with test markers and repeat the stand-in notice on every slide that loads 
 groups it into slides:
 
 - cells tagged ``deck-skip`` are left out; cells tagged ``deck-hide-input`` show only their output;
-- ``# NBVAL_...`` lines and nbgrader's solution markers are removed from the code;
+- ``# NBVAL_...`` lines and nbgrader's solution markers are removed from the code, which is otherwise
+  shown exactly as written (the labs' code fits 88 columns);
+- a folded ``<details>`` block shows its summary, then its body as a fragment (the next key press);
 - stderr outputs (the stand-in NOTICE) are left out: the title slide carries the notice once;
 - absolute paths in outputs become short relative ones (a deck must not show a machine's folders);
 - plotly figures get a height that fits a slide;
@@ -26,12 +28,10 @@ import ast
 import base64
 import copy
 import html
-import io
 import math
 import re
 import struct
 import textwrap
-import tokenize
 
 from nbconvert.preprocessors import Preprocessor
 
@@ -46,7 +46,6 @@ SLIDE_BUDGET_PX = 660  # the slide's height less the cells' padding
 FIGURE_HEIGHT_PX = 420
 TEXT_LINE_PX, TEXT_CHARS = 36, 92  # markdown at 26 px
 CODE_LINE_PX, CODE_CHARS = 28, 96  # code and text outputs at 21 px (DejaVu Sans Mono: 12.6 px a character)
-CODE_WIDTH = 90  # longer code lines are reflowed for the deck, longer output lines wrapped (a hanging indent)
 FIGURE_FONT_PX = 18  # the smallest text in a figure (axis titles, ticks, legend)
 HEADING_PX = 60
 PROSE_WORDS = 55  # words of prose a slide shows (the browser tests allow about 60); the rest goes to its notes
@@ -152,7 +151,9 @@ class LectureLayout(Preprocessor):
                 continue
             if cell.cell_type == "code":
                 _clean_code_cell(cell)
-            cells.append(cell)
+                cells.append(cell)
+            else:
+                cells += unfolded(cell)
         if title is not None and not title_cell.source.strip():
             _removed(title_cell)
         cells = _within_words(_carry_slide_starts(_predictions_as_slides(cells)))
@@ -190,8 +191,6 @@ def _clean_code_cell(cell) -> None:
     cell.source = "\n".join(line for line in cell.source.splitlines() if not _MARKER_LINE.match(line)).strip("\n")
     if HIDE_INPUT_TAG in tags(cell):
         cell.metadata.setdefault("transient", {})["remove_source"] = True
-    else:
-        cell.source = reflow_code(cell.source)
     kept = []
     for output in cell.get("outputs", []):
         if output.get("name") == "stderr" or WIDGET_VIEW_MIME in output.get("data", {}):
@@ -227,15 +226,45 @@ def _legible_text(output):
     table = text_tables_as_html(text)
     if table is not None:
         return {"output_type": "display_data", "metadata": {}, "data": {"text/html": table}}
-    listing = reflow_code(text.rstrip("\n"), CODE_CHARS)  # a printed source listing is reflowed as code
-    if listing != text.rstrip("\n"):
-        text = listing + "\n"
+    if _is_python(text):
+        return output  # a printed source listing is shown as written (the deck shrinks a wide block)
     wrapped = "\n".join(piece for line in text.split("\n") for piece in wrap_output_line(line))
     if output.get("output_type") == "stream":
         output["text"] = wrapped
     else:
         data["text/plain"] = wrapped
     return output
+
+
+_DETAILS = re.compile(r"<details>\s*<summary>(.*?)</summary>(.*?)</details>", re.S)
+
+
+def unfolded(cell) -> list:
+    """A markdown cell with folded ``<details>`` blocks as the deck shows it: the text before each block
+    and its summary (in bold) in one cell, the block's body in the next cell as a fragment, revealed
+    by the next key press, as a student opens it in JupyterLab."""
+    match = _DETAILS.search(cell.source)
+    if cell.cell_type != "markdown" or match is None:
+        return [cell]
+    summary = " ".join(re.sub(r"<[^>]+>", "", match.group(1)).split())
+    shown = copy.deepcopy(cell)
+    shown.source = (cell.source[: match.start()].rstrip() + f"\n\n**{summary}**").strip()
+    body = _markdown_cell(match.group(2).strip(), "fragment")
+    body.metadata["deck_keep_with_previous"] = True
+    rest = cell.source[match.end():].strip()
+    after = unfolded(_markdown_cell(rest, "-")) if rest else []
+    return [shown, body] + after
+
+
+def _is_python(text: str) -> bool:
+    """Whether `text` is Python source of more than one line (a printed listing, not a log line)."""
+    if text.count("\n") < 2:
+        return False
+    try:
+        ast.parse(text)
+    except (SyntaxError, ValueError):
+        return False
+    return True
 
 
 def _predictions_as_slides(cells):
@@ -605,208 +634,8 @@ def deck_title(nb, title: str | None, notices: list[str]) -> dict:
 
 
 # --------------------------------------------------------------------------------------------------
-# Lines that fit: code reflowed, text outputs wrapped with a hanging indent, text tables as tables
+# Lines that fit: text outputs wrapped with a hanging indent, text tables as tables
 # --------------------------------------------------------------------------------------------------
-
-_OPENING, _CLOSING = "([{", ")]}"
-_BREAK_BEFORE = {"and", "or", "if", "else", "for", "+", "-", "*", "@", "|", "==", "<", ">", "<=", ">="}
-
-
-def reflow_code(source: str, width: int = CODE_WIDTH) -> str:
-    """`source` with every line longer than `width` broken where Python allows it: a trailing comment
-    moves onto its own line above, a long comment is wrapped, and code breaks after a comma or an
-    opening bracket, or before an operator, inside brackets, continuing under its bracket (or 8 spaces in).
-    The result parses to the same program (else `source` comes back unchanged); a line with no place
-    to break keeps its length."""
-    lines = source.splitlines()
-    if all(len(line) <= width for line in lines):
-        return source
-    try:
-        tree = _program(source)
-    except (SyntaxError, ValueError):
-        return source  # IPython magics and the like: shown as written
-    source = "\n".join(_parenthesised_import(line) if len(line) > width else line for line in lines)
-    wrapped = _wrapped_docstrings(source, width)
-    if _program(wrapped) == tree:  # else a long string that is not a docstring: left as it is
-        source = wrapped
-    lines = source.splitlines()
-    try:
-        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
-    except (SyntaxError, tokenize.TokenError, IndentationError, ValueError):
-        return source  # IPython magics and the like: shown as written
-    by_line: dict[int, list] = {}
-    depth_at: dict[int, int] = {}  # brackets open where each line starts
-    depth = 0
-    for token in tokens:
-        depth_at.setdefault(token.start[0], depth)
-        by_line.setdefault(token.start[0], []).append(token)
-        if token.type == tokenize.OP:
-            depth += (token.string in _OPENING) - (token.string in _CLOSING)
-    split = _split_long_strings(source, tokens, depth_at, width)
-    if split != source:
-        reflowed = reflow_code(split, width)
-        try:
-            if _program(reflowed) == tree:
-                return reflowed
-        except SyntaxError:
-            pass
-    shown = []
-    for number, line in enumerate(lines, start=1):
-        if len(line) <= width:
-            shown.append(line)
-            continue
-        shown += _reflow_line(line, by_line.get(number, []), width, depth_at.get(number, 0))
-    reflowed = "\n".join(shown)
-    try:
-        same = _program(reflowed) == tree
-    except SyntaxError:
-        same = False
-    return reflowed if same else source
-
-
-def _program(source: str) -> str:
-    """The program `source` parses to, docstrings compared by their words (the deck may rewrap them)."""
-    tree = ast.parse(source)
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
-                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
-            body[0].value.value = " ".join(body[0].value.value.split())
-    return ast.dump(tree)
-
-
-_IMPORT = re.compile(r"^(\s*from\s+[\w.]+\s+import\s+)([^(#]+?)\s*$")
-_DOCSTRING = re.compile(r'^(\s*)("""|\'\'\')(.+)\2\s*$')
-
-
-def _parenthesised_import(line: str) -> str:
-    """`from m import a, b, c` as `from m import (a, b, c)`, which may break after a comma."""
-    match = _IMPORT.match(line)
-    return f"{match.group(1)}({match.group(2)})" if match else line
-
-
-def _wrapped_docstrings(source: str, width: int) -> str:
-    """One-line docstrings longer than `width` wrapped over lines at the docstring's indent."""
-    shown = []
-    for line in source.splitlines():
-        match = _DOCSTRING.match(line)
-        if len(line) <= width or not match:
-            shown.append(line)
-            continue
-        indent, quotes, text = match.groups()
-        wrapped = textwrap.wrap(text, width - len(indent) - 3, break_long_words=False, break_on_hyphens=False)
-        shown += [indent + quotes + wrapped[0]] + [indent + piece for piece in wrapped[1:]] + [indent + quotes]
-    return "\n".join(shown)
-
-
-def _reflow_line(line: str, tokens, width: int, base: int = 0) -> list[str]:
-    indent = len(line) - len(line.lstrip())
-    code_tokens = [t for t in tokens if t.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
-                                                        tokenize.DEDENT, tokenize.ENDMARKER) and t.start[0] == t.end[0]]
-    comments = [t for t in code_tokens if t.type == tokenize.COMMENT]
-    if comments and comments[0].start[1] == indent:  # a comment line
-        return _wrap_comment(line[indent:], indent, width)
-    if comments:  # a trailing comment goes above its code
-        code = line[: comments[0].start[1]].rstrip()
-        above = _wrap_comment(comments[0].string, indent, width)
-        return above + _reflow_line(code, [t for t in code_tokens if t.type != tokenize.COMMENT], width, base)
-    # candidate breaks: (original column where the next piece starts, bracket depth, kind: 0 after a
-    # comma, 1 before an operator or between two string literals, 2 after an opening bracket)
-    stack, breaks, previous = [], [], None
-    for token in code_tokens:
-        text, col = token.string, token.start[1]
-        if token.type == tokenize.STRING and previous is not None and previous.type == tokenize.STRING:
-            breaks.append((col, base + len(stack), 1))
-        previous = token
-        if token.type == tokenize.OP and text in _OPENING:
-            stack.append(col)
-            breaks.append((token.end[1], base + len(stack), 2))
-        elif token.type == tokenize.OP and text in _CLOSING:
-            if stack:
-                stack.pop()
-        elif token.type == tokenize.OP and text == ",":
-            breaks.append((token.end[1], base + len(stack), 0))
-        elif text in _BREAK_BEFORE and (token.type == tokenize.NAME or token.type == tokenize.OP) and col > indent:
-            breaks.append((col, base + len(stack), 1))
-    opened = _bracket_columns(code_tokens)
-    pieces, start, shift = [], indent, indent
-    while shift + len(line) - start > width:
-        fitting = [(kind, depth, -col) for col, depth, kind in breaks if col > start and shift + col - start <= width
-                   and depth > 0 and line[col:].strip() and not line[col:].lstrip().startswith(tuple(_CLOSING + ",:"))]
-        if not fitting:
-            break
-        # a comma before an operator before an opening bracket, the outermost first, the last that fits;
-        # a break that leaves the first piece shorter than 40 % of the room only when nothing else fits
-        long_enough = [c for c in fitting if -c[2] - start >= 0.4 * (width - shift)]
-        col = -min(long_enough or fitting)[2]
-        pieces.append(" " * shift + line[start:col].strip())
-        inner = [c for c in opened if c < col and opened[c] >= col]
-        bracket = max(inner) if inner else None
-        visual = shift + (bracket - start) + 1 if bracket is not None and bracket >= start else shift
-        shift = visual if visual <= width // 2 else indent + 8
-        start = col + (len(line[col:]) - len(line[col:].lstrip()))
-    pieces.append(" " * shift + line[start:].strip())
-    return pieces
-
-
-_STRING_PARTS = re.compile(r"^([rRbBuUfF]{0,2})(['\"])(.*)\2$", re.S)
-
-
-def _split_long_strings(source: str, tokens, depth_at: dict[int, int], width: int) -> str:
-    """`source` with each one-line string literal inside brackets on a line longer than `width` cut at
-    spaces into adjacent literals (Python joins them back), so that the line can break between them."""
-    lines = source.splitlines()
-    depth, edits = 0, []
-    for token in tokens:
-        if token.type == tokenize.OP:
-            depth += (token.string in _OPENING) - (token.string in _CLOSING)
-        row, col = token.start
-        if (token.type != tokenize.STRING or token.end[0] != row or depth == 0 or len(lines[row - 1]) <= width
-                or len(token.string) < 30):
-            continue
-        match = _STRING_PARTS.match(token.string)
-        if not match or token.string[len(match.group(1)):].startswith(match.group(2) * 3):
-            continue
-        prefix, quote, body = match.groups()
-        room = max(24, width - col - 4)
-        words, level, word = [], 0, ""
-        for char in body:  # words end after a space outside {} (an f-string's fields stay whole)
-            word += char
-            level += (char == "{") - (char == "}") if "f" in prefix.lower() else 0
-            if char == " " and level == 0:
-                words.append(word)
-                word = ""
-        words.append(word)
-        chunks = [""]
-        for word in words:
-            if chunks[-1] and len(chunks[-1]) + len(word) > room:
-                chunks.append("")
-            chunks[-1] += word
-        if len(chunks) > 1 and all(chunks):
-            edits.append((row, col, token.end[1], " ".join(f"{prefix}{quote}{c}{quote}" for c in chunks)))
-    for row, start, end, text in sorted(edits, reverse=True):
-        lines[row - 1] = lines[row - 1][:start] + text + lines[row - 1][end:]
-    return "\n".join(lines)
-
-
-def _bracket_columns(tokens) -> dict[int, int]:
-    """{column of an opening bracket on the line: column of its closing bracket (or the line's end)}."""
-    stack, pairs = [], {}
-    for token in tokens:
-        if token.type == tokenize.OP and token.string in _OPENING:
-            stack.append(token.start[1])
-        elif token.type == tokenize.OP and token.string in _CLOSING and stack:
-            pairs[stack.pop()] = token.start[1]
-    for col in stack:
-        pairs[col] = 10**6
-    return pairs
-
-
-def _wrap_comment(comment: str, indent: int, width: int) -> list[str]:
-    text = comment.lstrip("#").strip()
-    return textwrap.wrap(text, width, initial_indent=" " * indent + "# ", subsequent_indent=" " * indent + "# ",
-                         break_long_words=False, break_on_hyphens=False) or [" " * indent + "#"]
-
 
 def wrap_output_line(line: str, width: int = CODE_CHARS) -> list[str]:
     """A text output's line cut at spaces into lines of at most `width` characters, the continuations
