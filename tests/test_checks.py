@@ -293,6 +293,31 @@ def test_adapter_class_catches_mistakes_that_show_only_at_bert_size_or_in_traini
     _fails(check, DoubleInside, "torch.float64", "keep the input's dtype")
 
 
+class PairedUnits(RightAdapter):
+    """Zero-up, with W_down drawn for half the units and repeated: every unit has a twin, so only r/2 differ."""
+
+    def __init__(self, d_model, bottleneck):
+        super().__init__(d_model, bottleneck)
+        with torch.no_grad():
+            half = torch.randn(bottleneck // 2, d_model) * 1e-2
+            self.down.weight.copy_(half.repeat(2, 1))
+            self.up.weight.zero_()
+
+
+class GeluDeepBelowZero(RightAdapter):
+    """b_down = −20 parks every unit far down GELU's flat tail: the output is h, and float32 sees no slope there."""
+
+    def __init__(self, d_model, bottleneck):
+        super().__init__(d_model, bottleneck)
+        nn.init.constant_(self.down.bias, -20.0)
+
+
+def test_adapter_class_sees_partly_equal_units_and_slopes_float32_loses():
+    _fails(checks.check_adapter_class, PairedUnits, "Only 32 of the 64 bottleneck units", "as if r were 32",
+           "Draw every weight at random")
+    _fails(checks.check_adapter_class, GeluDeepBelowZero, "cannot learn", "dead", "b_down is -20")
+
+
 def test_adapter_class_reports_a_stub_as_missing():
     _fails(checks.check_adapter_class, StubAdapter, MISSING, "NotImplementedError")
 

@@ -202,6 +202,8 @@ def _diagnose_forward(out: torch.Tensor, h: torch.Tensor, adapter: nn.Module) ->
 #: answer that works only for one size shows.
 ADAPTER_SIZES = [(768, 64), (24, 8)]
 LEARNING_STEPS = 3
+#: A unit whose gradient stays below this share of b_up's is dead: AdamW (ε = 1e-8) would barely move it.
+ALIVE = 1e-6
 
 
 def _parts(adapter: nn.Module) -> dict[str, torch.Tensor]:
@@ -235,9 +237,12 @@ def _forward(name: str, adapter: nn.Module, h: torch.Tensor) -> torch.Tensor:
 def _cannot_learn(adapter: nn.Module, h: torch.Tensor) -> str | None:
     """Why a freshly built adapter cannot learn, or None when it can.
 
-    The test is training itself (float64, a random loss L = Σ⟨A(h), δ⟩, a few plain gradient steps): every
-    one of W_down, b_down, W_up and b_up must get a non-zero gradient in one of the steps, and every
-    bottleneck unit must. Zero-up init (W_up = 0, W_down random) is alive: W_up moves at step 1, W_down at step 2.
+    The test is training itself, in the adapter's own dtype (float32, as the labs train), on a random loss
+    L = Σ⟨A(h), δ⟩ over a few plain gradient steps: every one of W_down, b_down, W_up and b_up must get a
+    gradient in one of the steps, and every bottleneck unit must get one that is not negligible (above
+    ``ALIVE`` times b_up's, which is Σ δ and so never small): a unit pushed deep into f's flat tail gets a slope
+    that float32 rounds to nothing even where float64 would still see one. Zero-up init (W_up = 0, W_down
+    random) is alive: W_up moves at step 1, W_down at step 2.
     """
     frozen = [part for part, p in _parts(adapter).items() if not p.requires_grad]
     if frozen:
@@ -245,10 +250,10 @@ def _cannot_learn(adapter: nn.Module, h: torch.Tensor) -> str | None:
         return (f"Your adapter cannot learn: {names} {verb} frozen (requires_grad=False), so no optimizer can ever "
                 f"change {it}. Leave every parameter of the adapter trainable: which parts train is decided later, "
                 "per task (lab 5).")
-    probe = copy.deepcopy(adapter).double()
+    probe = copy.deepcopy(adapter)
     parts = _parts(probe)
-    h = h.double()
-    delta = torch.randn(h.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    h = h.to(adapter.up.weight.dtype)
+    delta = torch.randn(h.shape, generator=torch.Generator().manual_seed(1)).to(h.dtype)
     reached = {part: False for part in parts}
     units = {part: torch.zeros(p.shape[0] if part != "W_up" else p.shape[1], dtype=torch.bool)
              for part, p in parts.items() if part != "b_up"}
@@ -261,14 +266,15 @@ def _cannot_learn(adapter: nn.Module, h: torch.Tensor) -> str | None:
                         "ordinary tensor operations and let autograd see them.")
             gradients = torch.autograd.grad((out * delta).sum(), list(parts.values()), allow_unused=True)
         with torch.no_grad():
+            floor = ALIVE * gradients[-1].abs().max() if gradients[-1] is not None else 0.0
             for (part, p), g in zip(parts.items(), gradients):
                 if g is None:
                     continue
                 reached[part] = True
                 if part == "W_up":
-                    units[part] |= g.ne(0).any(dim=0)
+                    units[part] |= g.abs().gt(floor).any(dim=0)
                 elif part in units:
-                    units[part] |= g.ne(0).any(dim=1) if g.ndim == 2 else g.ne(0)
+                    units[part] |= g.abs().gt(floor).any(dim=1) if g.ndim == 2 else g.abs().gt(floor)
                 p.sub_(1e-2 * g)
     cut = [part for part, ok in reached.items() if not ok]
     if cut:
@@ -290,9 +296,9 @@ def _cannot_learn(adapter: nn.Module, h: torch.Tensor) -> str | None:
             fix = "Start W_down random."
         else:
             bias = adapter.down.bias.detach()
-            why = ("every bottleneck unit starts dead: for every token z = W_down h + b_down lies where your f gives 0 "
-                   f"and passes no gradient (b_down is {bias.min().item():.3g} … {bias.max().item():.3g}; with ReLU, "
-                   "z < 0 everywhere)")
+            why = ("every bottleneck unit starts dead: for every token z = W_down h + b_down lies where your f is flat "
+                   f"and passes no gradient a float32 step can use (b_down is {bias.min().item():.3g} … "
+                   f"{bias.max().item():.3g}; with ReLU that is z < 0, with GELU or SiLU z far below 0)")
             fix = "Start b_down at zero, so that z sits where f has a slope."
         return (f"Your adapter cannot learn: {why}. In {LEARNING_STEPS} training steps only b_up gets a gradient, "
                 f"and b_up alone can only add a constant. {fix}")
@@ -303,10 +309,25 @@ def _cannot_learn(adapter: nn.Module, h: torch.Tensor) -> str | None:
             "f is flat for every token, or their weights start at exactly zero). Start W_down random and b_down at zero.")
 
 
-def _identical_units(adapter: nn.Module) -> bool:
-    """True when all r bottleneck units start with the same weights: they then stay the same for ever."""
-    units = torch.cat([adapter.down.weight, adapter.down.bias[:, None], adapter.up.weight.T], dim=1)
-    return units.shape[0] > 1 and bool((units == units[0]).all())
+def _identical_units(adapter: nn.Module) -> str | None:
+    """Which bottleneck units start as exact copies of another, in words, or None.
+
+    Two units with the same W_down row, b_down entry and W_up column get the same gradients and stay copies for
+    ever, whether all r are copies of one or only some pairs are.
+    """
+    units = torch.cat([adapter.down.weight, adapter.down.bias[:, None], adapter.up.weight.T], dim=1).detach()
+    distinct = torch.unique(units, dim=0).shape[0]
+    r = units.shape[0]
+    if distinct == r:
+        return None
+    if distinct == 1:
+        return (f"All {r} bottleneck units of your fresh adapter start with identical weights, so they get "
+                "identical gradients and stay identical: the bottleneck acts as if r were 1. Draw random weights.")
+    first = next((i, j) for i in range(r) for j in range(i + 1, r) if torch.equal(units[i], units[j]))
+    return (f"Only {distinct} of the {r} bottleneck units of your fresh adapter are different (units {first[0]} and "
+            f"{first[1]}, for example, start with the same W_down row, b_down and W_up column): copies get identical "
+            f"gradients and stay copies, so the bottleneck acts as if r were {distinct}. Draw every weight at random "
+            "(no repeat, tile or expand of a smaller block).")
 
 
 def _why_not_identity(adapter: nn.Module, h: torch.Tensor, deviation: float, d: int, r: int) -> str:
@@ -320,7 +341,7 @@ def _why_not_identity(adapter: nn.Module, h: torch.Tensor, deviation: float, d: 
     if torch.count_nonzero(adapter.up.bias) and without_bias < NEAR_IDENTITY:
         return (f"{share}. Your b_up does it: it starts non-zero (largest |b_up| = "
                 f"{adapter.up.bias.abs().max().item():.2g}) and adds the same vector to every token. Start b_up at zero.")
-    stds = [float(adapter.down.weight.std()), float(adapter.up.weight.std())]
+    stds = [float(adapter.down.weight.detach().std()), float(adapter.up.weight.detach().std())]
     defaults = [1 / (3 * d) ** 0.5, 1 / (3 * r) ** 0.5]  # nn.Linear's uniform(±1/√fan_in)
     if all(abs(s - t) < 0.25 * t for s, t in zip(stds, defaults)):
         return (f"{share}. nn.Linear's default weights are far too large: make the correction tiny at the start "
@@ -365,11 +386,9 @@ def check_adapter_class(adapter_class, d_model: int = 768, bottleneck: int = 64)
             problem = _cannot_learn(adapter, torch.randn(64, d))
             if problem:
                 raise CheckFailed(problem)
-            if _identical_units(adapter):
-                raise CheckFailed(
-                    f"All {r} bottleneck units of your fresh adapter start with identical weights, so they get "
-                    "identical gradients and stay identical: the bottleneck acts as if r were 1. Draw random weights."
-                )
+            copies = _identical_units(adapter)
+            if copies:
+                raise CheckFailed(copies)
             for h, out in zip(inputs, fresh):
                 deviation = (torch.linalg.norm(out - h) / torch.linalg.norm(h)).item()
                 if not deviation < NEAR_IDENTITY:
