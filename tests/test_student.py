@@ -93,6 +93,24 @@ def test_a_hint_right_above_the_solution_is_used_and_kept_once():
         run_source(stubbed)["f"]()
 
 
+def test_a_long_hint_goes_on_in_comments_indented_under_it_and_other_comments_stay_secret():
+    source = (
+        "def f():\n"
+        "    ### BEGIN SOLUTION\n"
+        "    # HINT: think of the answer\n"
+        "    #       to everything\n"
+        "    # the answer is forty-two\n"
+        "    #       as the book says\n"
+        "    return 42\n"
+        "    ### END SOLUTION\n"
+    )
+    stubbed = stub_solutions(source)
+    assert "    # HINT: think of the answer\n    #       to everything\n    raise" in stubbed
+    assert "forty-two" not in stubbed and "book" not in stubbed
+    with pytest.raises(NotImplementedError, match="think of the answer to everything"):
+        run_source(stubbed)["f"]()
+
+
 def test_every_region_of_a_cell_is_stubbed():
     source = "a = 1\n### BEGIN SOLUTION\nb = 2\n### END SOLUTION\nc = 3\n  ### BEGIN SOLUTION\n  # HINT: second\n  d = 4\n  ### END SOLUTION\n"
     stubbed = stub_solutions(source)
@@ -579,15 +597,26 @@ def solution_regions(source: str) -> list[list[str]]:
     return regions
 
 
+def without_hints(region: list[str]) -> list[str]:
+    """A solution's lines less its hints: `# HINT:` lines and the comment lines indented under them."""
+    kept, in_hint = [], False
+    for line in region:
+        in_hint = line.strip().startswith("# HINT:") or (in_hint and re.match(r"\s*#\s{2,}\S", line) is not None)
+        if not in_hint:
+            kept.append(line)
+    return kept
+
+
 def secret_lines(nb) -> set[str]:
     """Solution lines (not hints, not blank) that the instructor's code shows nowhere outside a solution."""
-    inside = {line.strip() for cell in nb.cells if has_solution(cell) for region in solution_regions(cell.source) for line in region}
+    inside = {line.strip() for cell in nb.cells if has_solution(cell)
+              for region in solution_regions(cell.source) for line in without_hints(region)}
     outside = set()
     for cell in nb.cells:
         if cell.cell_type == "code":
             region_lines = {line for region in solution_regions(cell.source) for line in region}
             outside |= {line.strip() for line in cell.source.splitlines() if line not in region_lines}
-    return {line for line in inside - outside if line and not line.startswith("# HINT:")}
+    return {line for line in inside - outside if line}
 
 
 def output_lines(cell) -> list[str]:

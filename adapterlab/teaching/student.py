@@ -8,8 +8,8 @@ The labs mark a solution the way nbgrader does::
         return h + self.up(self.act(self.down(h)))
         ### END SOLUTION
 
-(a `# HINT:` comment may also stand right above the BEGIN marker), and the student copy keeps
-the cell but not the answer::
+(a `# HINT:` comment may also stand right above the BEGIN marker, and a long hint goes on in
+comment lines indented under its text), and the student copy keeps the cell but not the answer::
 
     def forward(self, h):
         # HINT: the residual carries h through untouched
@@ -54,6 +54,8 @@ from .labfiles import LabNotFoundError, find_labs
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"
 HINT = re.compile(r"^\s*#\s*HINT:\s*(?P<hint>.*?)\s*$")
+#: A hint's next line: a comment indented under the hint's text (one space after `#` is an ordinary comment).
+HINT_MORE = re.compile(r"^\s*#\s{2,}(?P<more>\S.*?)\s*$")
 GENERIC_HINT = "replace this line with your code, run the cell, then run the check below it"
 #: A check call seen in text, for a cell that is not Python even after IPython's own rewriting.
 CHECK_CALL_TEXT = re.compile(r"\bcheck_\w*\s*\(")
@@ -110,7 +112,7 @@ def stub_solutions(source: str, where: str = "cell", error: str = "NotImplemente
     stays inside it. `where` names the cell in error messages.
     """
     kept: list[str] = []
-    region: tuple[str, list[str]] | None = None  # (indentation, hints) while inside a solution
+    region: tuple[str, list[str]] | None = None  # (indentation, its lines) while inside a solution
     lines = source.splitlines()
     for number, line in enumerate(lines, start=1):
         marker = line.strip()
@@ -121,15 +123,14 @@ def stub_solutions(source: str, where: str = "cell", error: str = "NotImplemente
         elif marker == END:
             if region is None:
                 raise SolutionMarkerError(f"{where}, line {number}: {END} without a {BEGIN} before it")
-            indent, hints = region
-            kept += [f"{indent}# HINT: {hint}" for hint in hints]
+            indent, inside = region
+            shown, hints = _hints(inside)
+            kept += [f"{indent}{line.strip()}" for line in shown]
             hint = " ".join(hints or _hints_above(kept)) or GENERIC_HINT
             kept.append(f"{indent}raise {error}({f'Exercise: write your answer here. Hint: {hint}'!r})")
             region = None
         elif region is not None:
-            match = HINT.match(line)
-            if match and match["hint"]:
-                region[1].append(match["hint"])
+            region[1].append(line)
         else:
             kept.append(line)
     if region is not None:
@@ -137,15 +138,31 @@ def stub_solutions(source: str, where: str = "cell", error: str = "NotImplemente
     return "\n".join(kept) + ("\n" if source.endswith("\n") else "")
 
 
+def _hints(lines: list[str]) -> tuple[list[str], list[str]]:
+    """(the hint lines among `lines`, each hint's text with its continuation lines joined)."""
+    shown: list[str] = []
+    hints: list[str] = []
+    going_on = False  # whether the line before was part of a hint
+    for line in lines:
+        match, more = HINT.match(line), HINT_MORE.match(line)
+        if match and match["hint"]:
+            shown.append(line)
+            hints.append(match["hint"])
+            going_on = True
+        elif going_on and more:
+            shown.append(line)
+            hints[-1] += f" {more['more']}"
+        else:
+            going_on = False
+    return shown, hints
+
+
 def _hints_above(lines: list[str]) -> list[str]:
     """The `# HINT:` comments right above a solution (a hint may also be written there)."""
-    hints = []
-    for line in reversed(lines):
-        match = HINT.match(line)
-        if not match:
-            break
-        hints.insert(0, match["hint"])
-    return [hint for hint in hints if hint]
+    start = len(lines)
+    while start and (HINT.match(lines[start - 1]) or HINT_MORE.match(lines[start - 1])):
+        start -= 1
+    return _hints(lines[start:])[1]
 
 
 def is_exercise(cell) -> bool:
