@@ -12,6 +12,7 @@ from adapterlab import checks
 from adapterlab.adapter import BottleneckAdapter
 from adapterlab.counting import backbone_config, bert_counts
 from adapterlab.lora import fold_linear_adapter
+from torch.autograd import grad as take_gradient
 
 MISSING = "The answer is missing"
 
@@ -443,16 +444,72 @@ def by_autograd_on_copies(adapter, h, delta):
     return torch.autograd.grad((out * delta).sum(), (w_down, w_up))
 
 
+def f_prime(f, z):
+    """The lab's helper: f′(z) entry by entry, by autograd on Σ f(z)."""
+    z = z.detach().requires_grad_()
+    with torch.enable_grad():
+        return torch.autograd.grad(f(z).sum(), z)[0]
+
+
+def with_the_lab_s_f_prime(adapter, h, delta):
+    """The lab's own answer: the chain rule by hand, autograd only for the slope of f."""
+    z = adapter.down(h)
+    back = (delta @ adapter.up.weight) * f_prime(adapter.act, z)
+    return back.T @ h, delta.T @ adapter.act(z)
+
+
+def by_autograd_renamed(adapter, h, delta):
+    """autograd's grad imported under another name, on copies of the weights."""
+    w_down = adapter.down.weight.detach().clone().requires_grad_()
+    w_up = adapter.up.weight.detach().clone().requires_grad_()
+    with torch.enable_grad():
+        out = h + F.linear(adapter.act(F.linear(h, w_down, adapter.down.bias)), w_up, adapter.up.bias)
+        return take_gradient((out * delta).sum(), (w_down, w_up))
+
+
+def by_autograd_through_the_bottleneck(adapter, h, delta):
+    """Autograd only from the output back to z; the last step into the weights by hand."""
+    z = adapter.down(h).detach().requires_grad_()
+    with torch.enable_grad():
+        out = h + adapter.up(adapter.act(z))
+        (grad_z,) = take_gradient((out * delta).sum(), z)
+    return grad_z.T @ h, delta.T @ adapter.act(z.detach())
+
+
+def by_f_prime_doing_the_chain_rule(adapter, h, delta):
+    """The slope helper handed f times the signal from above: autograd does the step through f."""
+    z = adapter.down(h)
+    back = delta @ adapter.up.weight
+    return f_prime(lambda u: adapter.act(u) * back, z).T @ h, delta.T @ adapter.act(z)
+
+
 def in_float64(adapter, h, delta):
     down, up = right_general(adapter.double(), h.double(), delta.double())
     return down, up
 
 
-@pytest.mark.parametrize("answer", [by_autograd, by_backward, by_torch_func, by_autograd_on_copies],
+@pytest.mark.parametrize("answer", [by_autograd, by_backward, by_torch_func, by_autograd_on_copies,
+                                    by_autograd_renamed, by_autograd_through_the_bottleneck,
+                                    by_f_prime_doing_the_chain_rule],
                          ids=lambda f: f.__name__)
 def test_gradients_computed_by_autograd_are_rejected(answer):
     for check in (checks.check_adapter_gradients, checks.check_zero_up_gradients):
         _fails(check, answer, "without autograd", "chain rule")
+
+
+def test_the_lab_s_slope_helper_is_allowed(capsys):
+    checks.check_adapter_gradients(with_the_lab_s_f_prime)
+    checks.check_zero_up_gradients(with_the_lab_s_f_prime)
+    assert capsys.readouterr().out.count("✔") == 2
+
+
+def test_gradients_in_swapped_order_are_named():
+    def swapped(adapter, h, delta):
+        down, up = right_general(adapter, h, delta)
+        return up, down
+
+    for check in (checks.check_adapter_gradients, checks.check_zero_up_gradients):
+        _fails(check, swapped, "swapped order", "(grad_down, grad_up)")
 
 
 def test_gradients_are_checked_at_bert_size_and_accepted_in_float64(capsys):
@@ -636,6 +693,26 @@ def test_fold_names_dtype_bias_and_size_mistakes():
                        p.bias + s * (a.up.weight @ a.down.bias + a.up.bias))
 
     _fails(checks.check_parallel_fold, parallel_fixed_identity, "raised RuntimeError")
+
+
+def test_fold_names_writing_into_the_pair_and_a_missing_no_grad():
+    def copy_with_autograd_on(dense, adapter):
+        m = torch.eye(adapter.d_model) + adapter.up.weight @ adapter.down.weight
+        folded = nn.Linear(dense.in_features, dense.out_features)
+        folded.weight.copy_(m @ dense.weight)
+        folded.bias.copy_(m @ dense.bias + adapter.up.weight @ adapter.down.bias + adapter.up.bias)
+        return folded
+
+    def scaling_the_adapter(p, a, s):  # right numbers, but s is multiplied into the adapter's own weights
+        with torch.no_grad():
+            a.up.weight.mul_(s)
+            a.up.bias.mul_(s)
+        return right_parallel(p, a, 1.0)
+
+    message = _fails(checks.check_fold, copy_with_autograd_on, "torch.no_grad()")
+    assert "from the left" not in message
+    message = _fails(checks.check_parallel_fold, scaling_the_adapter, "changed the adapter in place")
+    assert "forgot the scale" not in message
 
 
 def test_fold_reports_a_stub_as_missing():

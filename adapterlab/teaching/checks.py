@@ -55,8 +55,26 @@ def _first_line(error: BaseException) -> str:
     return text[0][:300] if text else ""
 
 
+#: PyTorch errors whose cause is always the same, with what to do; they say more than any exercise's own hint.
+_KNOWN_ERRORS = {
+    "a leaf Variable that requires grad is being used in an in-place operation": (
+        "You wrote into a tensor that requires grad (a layer's weight or bias, e.g. folded.weight.copy_(...)) with "
+        "autograd on: do such copies inside `with torch.no_grad():`."),
+    "Can't call numpy() on Tensor that requires grad": (
+        "A tensor still holding its autograd graph was turned into NumPy: call .detach() first, or compute it "
+        "under torch.no_grad()."),
+    "element 0 of tensors does not require grad and does not have a grad_fn": (
+        "The loss has no autograd graph: the forward ran under torch.no_grad() or torch.inference_mode(), or a "
+        "tensor on the way was detached (.item(), .detach(), .data). Compute it with autograd on."),
+}
+
+
 def call_answer(what: str, fn, *args, hint: str = ""):
-    """Call the student's code; turn a stub or a crash into a plain-words CheckFailed."""
+    """Call the student's code; turn a stub or a crash into a plain-words CheckFailed.
+
+    The advice after the error is the known cause of that PyTorch error when there is one, else ``hint``, the
+    exercise's own word on what usually goes wrong there.
+    """
     try:
         return fn(*args)
     except NotImplementedError:
@@ -64,7 +82,9 @@ def call_answer(what: str, fn, *args, hint: str = ""):
     except (CheckFailed, Forbidden) as error:
         raise CheckFailed(str(error)) from None
     except Exception as error:
-        raise CheckFailed(f"Calling {what} raised {type(error).__name__}: {_first_line(error)}. {hint}".rstrip()) from error
+        text = str(error)
+        advice = next((fix for cause, fix in _KNOWN_ERRORS.items() if cause in text), hint)
+        raise CheckFailed(f"Calling {what} raised {type(error).__name__}: {_first_line(error)}. {advice}".rstrip()) from error
 
 
 def plain_errors(check):
@@ -446,46 +466,73 @@ def _weight_gradients(adapter, h, delta):
 
 
 _AUTOGRAD_USED = (
-    "Your gradient function lets autograd compute the weight gradients ({how}); the exercise asks for them "
-    "without autograd: write the chain rule out with matrix products (f_prime, for the slope of f, is fine)."
+    "Your gradient function let autograd do the chain rule ({how}); the exercise asks for the weight gradients "
+    "without autograd. Autograd may compute only the slope of f, f_prime(adapter.act, z), f′ at every entry of z; "
+    "write the rest out with matrix products: through the up-projection (W_upᵀ), through f (times f′(z)), and "
+    "into the weights (a sum over the tokens)."
 )
+
+
+class _SlopeOnlyEngine:
+    """Stands in for autograd's engine: it runs a backward pass only when what comes out is f′ at one point.
+
+    Every way into autograd (torch.autograd.grad by any name, .backward(), torch.func.grad, autograd on copies of the
+    weights) ends in the engine's run_backward, so the rule is checked on what the pass computes, not on how the
+    answer reached it.
+    """
+
+    def __init__(self, engine, adapter: nn.Module):
+        self.engine, self.adapter, self.busy = engine, adapter, False
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+    def run_backward(self, outputs, grad_outputs, keep_graph, create_graph, inputs=(), allow_unreachable=False,
+                     accumulate_grad=True):
+        args = (outputs, grad_outputs, keep_graph, create_graph, inputs, allow_unreachable, accumulate_grad)
+        if self.busy:
+            return self.engine.run_backward(*args)
+        if accumulate_grad or len(inputs) != 1 or not isinstance(inputs[0], torch.Tensor):
+            how = ".backward()" if accumulate_grad else f"a gradient with respect to {len(inputs)} tensors at once"
+            raise Forbidden(_AUTOGRAD_USED.format(how=how))
+        result = self.engine.run_backward(*args)
+        self.busy = True
+        try:
+            slope = _activation_derivative(self.adapter, inputs[0].detach())
+        except Exception:
+            slope = None
+        finally:
+            self.busy = False
+        if slope is None or not close_enough(result[0], slope):
+            raise Forbidden(_AUTOGRAD_USED.format(
+                how="a gradient that is not f′(z) entry by entry: it runs through more than f, such as the weights, "
+                    "the up-projection or a weighted sum"))
+        return result
 
 
 @contextlib.contextmanager
 def _without_autograd_on(adapter: nn.Module):
-    """Inside, autograd refuses the adapter's weights (and anything shaped like them), .backward() and torch.func's
-    transforms; gradients of a one-number function such as f_prime's stay allowed."""
-    weights = [adapter.down.weight, adapter.up.weight]
-    ids, shapes = {id(w) for w in adapter.parameters()}, {tuple(w.shape) for w in weights}
-    real_grad = torch.autograd.grad
-
-    def grad(outputs, inputs, *args, **kwargs):
-        listed = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs)
-        if any(id(t) in ids or tuple(t.shape) in shapes for t in listed if isinstance(t, torch.Tensor)):
-            raise Forbidden(_AUTOGRAD_USED.format(how="torch.autograd.grad with respect to the weights"))
-        return real_grad(outputs, inputs, *args, **kwargs)
+    """Inside, autograd computes nothing but slopes of the adapter's f (see :class:`_SlopeOnlyEngine`); forward-mode
+    transforms, which never reach the engine, are refused by name."""
+    from torch.autograd.variable import Variable
+    import torch.func as func
 
     def refuse(how):
         def refused(*args, **kwargs):
             raise Forbidden(_AUTOGRAD_USED.format(how=how))
         return refused
 
-    import torch.autograd.functional as functional
-    import torch.func as func
-
-    patches = [(torch.autograd, "grad", grad), (torch.autograd, "backward", refuse(".backward()"))]
-    patches += [(func, name, refuse(f"torch.func.{name}")) for name in ("grad", "grad_and_value", "vjp", "jacrev",
-                                                                        "jacfwd", "hessian") if hasattr(func, name)]
-    patches += [(functional, name, refuse(f"torch.autograd.functional.{name}"))
-                for name in ("vjp", "jvp", "jacobian", "hessian", "vhp", "hvp")]
-    saved = [(module, name, getattr(module, name)) for module, name, _ in patches]
+    patches = [(Variable, "_execution_engine", _SlopeOnlyEngine(Variable._execution_engine, adapter))]
+    patches += [(func, name, refuse(f"torch.func.{name}")) for name in ("jvp", "jacfwd", "linearize", "hessian")
+                if hasattr(func, name)]
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
     try:
-        for module, name, replacement in patches:
-            setattr(module, name, replacement)
+        for owner, name, replacement in patches:
+            setattr(owner, name, replacement)
         yield
     finally:
-        for module, name, original in saved:
-            setattr(module, name, original)
+        for owner, name, original in saved:
+            setattr(owner, name, original)
 
 
 def _gradient_answer(name: str, gradients_fn, adapter, h, delta, hint: str = ""):
@@ -494,8 +541,6 @@ def _gradient_answer(name: str, gradients_fn, adapter, h, delta, hint: str = "")
     twin = copy.deepcopy(adapter).requires_grad_(False)  # an adapter's weights as any inference code has them
     with _without_autograd_on(twin):
         answer = call_answer(f"{name}(adapter, h, delta)", gradients_fn, twin, h.clone(), delta.clone(), hint=hint)
-    if any(p.grad is not None for p in twin.parameters()):
-        raise CheckFailed(_AUTOGRAD_USED.format(how="the weights' .grad was filled in"))
     if not isinstance(answer, (tuple, list)) or len(answer) != 2:
         raise CheckFailed(f"{name} must return two tensors, (grad_down, grad_up); it returned {type(answer).__name__}.")
     return tuple(g.detach() if isinstance(g, torch.Tensor) else g for g in answer)
@@ -576,6 +621,13 @@ def _diagnose_up_gradient(grad_up, adapter, h, delta, reference: torch.Tensor) -
     )
 
 
+def _refuse_swapped(grad_down, grad_up, reference_down, reference_up) -> None:
+    """Both gradients right, but handed back as (grad_up, grad_down)."""
+    if close_enough(grad_down, reference_up) and close_enough(grad_up, reference_down):
+        raise CheckFailed("Your two gradients are right but returned in swapped order: return (grad_down, grad_up), "
+                          "∂L/∂W_down (shaped like W_down) first, then ∂L/∂W_up.")
+
+
 _GRADIENT_SHAPES = (
     "Mind the shapes: h and delta are (tokens, d), the bottleneck is (tokens, r); δ reaches the bottleneck "
     "through the up-projection."
@@ -595,6 +647,7 @@ def check_adapter_gradients(gradients_fn) -> None:
         reference_down, reference_up = _weight_gradients(adapter, h, delta)
         grad_down, grad_up = _gradient_answer(name, gradients_fn, adapter, h, delta, hint=_GRADIENT_SHAPES)
         where = f" (f = {activation}, d = {d}, r = {r}, {tokens} tokens)"
+        _refuse_swapped(grad_down, grad_up, reference_down, reference_up)
         if not close_enough(grad_down, reference_down):
             raise CheckFailed("∂L/∂W_down — " + _diagnose_down_gradient(grad_down, adapter, h, delta, reference_down) + where)
         if not close_enough(grad_up, reference_up):
@@ -634,6 +687,7 @@ def check_zero_up_gradients(gradients_fn) -> None:
     for adapter, h, delta in _zero_up_cases():
         reference_down, reference_up = _weight_gradients(adapter, h, delta)
         grad_down, grad_up = _gradient_answer(name, gradients_fn, adapter, h, delta)
+        _refuse_swapped(grad_down, grad_up, reference_down, reference_up)
         shape = (adapter.bottleneck, adapter.d_model)
         if not isinstance(grad_down, torch.Tensor) or grad_down.shape != shape:
             got = tuple(grad_down.shape) if isinstance(grad_down, torch.Tensor) else type(grad_down).__name__
@@ -711,15 +765,22 @@ def _check_folded_layer(folded, layer: nn.Linear, what: str) -> None:
         )
 
 
+def _left_alone(module: nn.Module, before: dict, what: str) -> None:
+    """The fold must not write into what it reads."""
+    if any(not torch.equal(before[k], v) for k, v in module.state_dict().items()):
+        raise CheckFailed(
+            f"Your fold changed {what} in place (an in-place op such as mul_, add_, copy_ or `+=` on its weights): "
+            f"{what} must stay as it was, since the folded layer replaces the pair and is compared with it. Compute "
+            "the folded weight and bias as new tensors and copy them into a new nn.Linear."
+        )
+
+
 def _check_one_fold(name: str, fold_fn, dense, adapter, x) -> None:
-    before = copy.deepcopy(dense.state_dict())
+    before = {part: copy.deepcopy(module.state_dict()) for part, module in (("dense", dense), ("adapter", adapter))}
     with torch.random.fork_rng():  # a new nn.Linear draws from the notebook's generator
         folded = call_answer(f"{name}(dense, adapter)", fold_fn, dense, adapter, hint=_FOLD_ORDER)
-    if any(not torch.equal(before[k], v) for k, v in dense.state_dict().items()):
-        raise CheckFailed(
-            "Your fold changed the original dense layer in place. Build a new nn.Linear and leave dense as it "
-            "was, so that the two can be compared."
-        )
+    _left_alone(dense, before["dense"], "the original dense layer")
+    _left_alone(adapter, before["adapter"], "the adapter")
     _check_folded_layer(folded, dense, "dense")
     size = f" (dense {dense.in_features} → {dense.out_features}, r = {adapter.bottleneck})"
     with torch.no_grad():
@@ -794,11 +855,12 @@ def check_parallel_fold(fold_fn) -> None:
 
 
 def _check_one_parallel_fold(name: str, fold_fn, projection, adapter, scale, x) -> None:
-    before = copy.deepcopy(projection.state_dict())
+    before = {part: copy.deepcopy(module.state_dict()) for part, module in (("projection", projection),
+                                                                             ("adapter", adapter))}
     with torch.random.fork_rng():  # a new nn.Linear draws from the notebook's generator
         folded = call_answer(f"{name}(projection, adapter, scale)", fold_fn, projection, adapter, scale)
-    if any(not torch.equal(before[k], v) for k, v in projection.state_dict().items()):
-        raise CheckFailed("Your fold changed the projection in place. Build a new nn.Linear and leave the projection as it was.")
+    _left_alone(projection, before["projection"], "the projection")
+    _left_alone(adapter, before["adapter"], "the adapter")
     _check_folded_layer(folded, projection, "the projection")
     d = projection.in_features
     with torch.no_grad():
