@@ -193,7 +193,7 @@ def small_lab():
         nbformat.v4.new_markdown_cell("**Predict.** Is double(0) zero?\n\n(a) yes (b) no", metadata={"tags": ["prediction"]}),
         code_cell('my_prediction = "a"  # write "a", "b" or "c", then run the cells below', "", tags=["prediction"], slide="skip"),
         code_cell("print(double(0) == 0)", "True\n", slide="fragment"),  # the reveal, with no tag at all
-        nbformat.v4.new_markdown_cell("**What this teaches.** Zero stays zero.", metadata={"slideshow": {"slide_type": "fragment"}}),
+        nbformat.v4.new_markdown_cell(f"{student.LESSON}\n\nZero stays zero.\n\n</details>", metadata={"slideshow": {"slide_type": "fragment"}}),
         code_cell("# the check_double(double) above ran\nprint(torch.ones(2).sum())", "tensor(2.)\n"),
         nbformat.v4.new_markdown_cell("Answer (a): point at True.", metadata={"slideshow": {"slide_type": "notes"}}),
     ]
@@ -654,12 +654,12 @@ def without_notes(nb):
 
 
 def outputs_before_a_reveal(cells) -> list[int]:
-    """Code cells with an output between a prediction's question and its **What this teaches.** cell."""
+    """Code cells with an output between a prediction's question and its folded What this teaches cell."""
     shown = []
     for start, cell in enumerate(cells):
         if cell.cell_type == "markdown" and cell.source.startswith("**Predict.**"):
             for index in range(start + 1, len(cells)):
-                if cells[index].cell_type == "markdown" and cells[index].source.startswith("**What this teaches.**"):
+                if cells[index].cell_type == "markdown" and cells[index].source.startswith("<details><summary>What this teaches</summary>"):
                     break
                 if cells[index].cell_type == "code" and cells[index].get("outputs"):
                     shown.append(index)

@@ -20,8 +20,9 @@ line ("The answer is missing …") instead of a traceback, and the cell imports 
 
 An answer can also leak through an output, so the copy clears the outputs of the exercise cells,
 of every cell that calls a self-check (its ✔ line prints the right result), of every cell tagged
-`answer`, and of every code cell between a prediction's question and its "**What this teaches.**"
-cell (the result that reveals the answer), whatever its tags; a prediction cell gets its empty answer
+`answer`, and of every code cell between a prediction's question and its lesson (the result that
+reveals the answer), whatever its tags; the lesson itself is folded in the lab (a `<details>` block
+whose summary is "What this teaches"), so it stays closed until the student opens it; a prediction cell gets its empty answer
 back. Speaker notes (markdown cells of slide type `notes`, which name the answers) are left out, and a
 widget's saved output, which shows only its text form before the cell runs, becomes a one-line hint.
 Every other cell, its outputs and all metadata stay as they are, so students see the same lab their
@@ -61,7 +62,7 @@ GENERIC_HINT = "replace this line with your code, run the cell, then run the che
 CHECK_CALL_TEXT = re.compile(r"\bcheck_\w*\s*\(")
 PREDICTION_ANSWER = re.compile(r"""^(?P<left>\s*my_prediction\s*=\s*)(?P<quote>["']).*?(?P=quote)""", re.M)
 #: The markdown cell that ends a prediction: what its result teaches.
-LESSON = "**What this teaches.**"
+LESSON = "<details><summary>What this teaches</summary>"
 QUESTION = "**Predict.**"
 WIDGET = "application/vnd.jupyter.widget-view+json"
 #: What a widget's output shows in the copy until the cell is run (its saved text form says nothing useful).
@@ -220,7 +221,7 @@ def is_question(cell) -> bool:
 
 
 def before_reveal(cells) -> set[int]:
-    """Indexes of the code cells between each prediction's question and its lesson ("**What this teaches.**"):
+    """Indexes of the code cells between each prediction's question and its lesson (a `LESSON` block):
     their outputs are the answer. Without a lesson cell the span ends at the next markdown cell after the
     student's answer cell."""
     hidden: set[int] = set()

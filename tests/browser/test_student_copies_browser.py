@@ -62,7 +62,7 @@ def predictions(nb) -> list[tuple[int, int]]:
     for index, cell in enumerate(nb.cells):
         if cell.cell_type == "markdown" and cell.source.startswith("**Predict.**"):
             lesson = next(k for k in range(index + 1, len(nb.cells)) if nb.cells[k].cell_type == "markdown"
-                          and nb.cells[k].source.startswith("**What this teaches.**"))
+                          and nb.cells[k].source.startswith("<details><summary>What this teaches</summary>"))
             pairs.append((index, lesson))
     return pairs
 
