@@ -734,6 +734,8 @@ def import_command(args) -> int:
         raise CommandError(str(error), USAGE) from None
     print(f"imported {summary['kind']} {summary['method']} for {summary['task']} on {summary['backbone']} into {out}: "
           f"adapterlab evaluate --checkpoint {out}")
+    for note in summary.get("notes", []):
+        print(f"note: {note}")
     return OK
 
 

@@ -286,17 +286,6 @@ def test_a_lora_saved_by_peft_imports_with_the_same_logits(tmp_path, peft):
     assert (_evaluate_imported(out) - theirs).abs().max().item() <= TOLERANCE
 
 
-@pytest.mark.parametrize(("lora", "message"), [
-    (dict(target_modules=["query", "key", "value", "dense"]), "also adapts bert.pooler.dense"),
-    (dict(target_modules=["query", "value"], use_rslora=True), "use_rslora"),
-    (dict(target_modules=["query", "value"], lora_dropout=0.1), "lora_dropout"),
-])
-def test_a_peft_folder_no_adapterlab_lora_computes_is_refused(lora, message, tmp_path, peft):
-    folder, _ = _peft_saved(tmp_path, peft, r=2, **lora)
-    with pytest.raises(InteropError, match=message):
-        import_set(folder, tmp_path / "imported", backbone=TINY, task="sst2")
-
-
 # --------------------------------------------------------------------------------------------------
 # The command line
 # --------------------------------------------------------------------------------------------------

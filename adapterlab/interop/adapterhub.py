@@ -115,9 +115,12 @@ def write_adapterhub(manifest: dict, tensors: dict[str, torch.Tensor], folder: P
     from ..model.placement import AdapterConfig
 
     method = manifest.get("method", "adapters")
+    if method == "ia3":
+        raise InteropError("this is an ia3 set: export it with --to peft (AdapterHub's IA3Config rescales the FFN's "
+                           "units before their activation, adapterlab's after)")
     if method not in ("adapters", "lora"):
-        raise InteropError(f"this is a {method} set, which neither library has a format for: only adapters "
-                           "(--to adapterhub) and LoRA (--to peft) are exported")
+        raise InteropError(f"this is a {method} set, which neither library has a format for: adapters (--to "
+                           "adapterhub), LoRA and (IA)³ (--to peft) are exported")
     d, n_layers = manifest["backbone"]["hidden_size"], manifest["backbone"]["num_layers"]
     name = name or (manifest.get("extra") or {}).get("task") or "adapterlab"
     if not name.isidentifier():

@@ -83,7 +83,9 @@ def check_bert(manifest: dict, tensors: dict) -> None:
 
 
 def write_json(path: Path, data: dict) -> None:
-    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    from ..runs.folder import write_new
+
+    write_new(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def export_record(manifest: dict, target: str) -> dict:
@@ -101,6 +103,28 @@ def read_export_record(folder) -> dict:
     except (OSError, ValueError):
         return {}
     return record if isinstance(record, dict) else {}
+
+
+def read_weights(folder: Path, safe_name: str, pickle_name: str, resave: str) -> dict[str, torch.Tensor]:
+    """The tensors of ``safe_name`` (safetensors) or else of ``pickle_name`` (a PyTorch pickle, read by torch's
+    restricted unpickler, ``weights_only=True``, as transformers reads it: tensors come in, code never runs).
+    ``resave`` says, in the library's terms, how to save the folder again when the pickle holds anything else."""
+    import pickle
+
+    import safetensors.torch
+
+    if (folder / safe_name).is_file():
+        return safetensors.torch.load_file(str(folder / safe_name))
+    if not (folder / pickle_name).is_file():
+        raise InteropError(f"{folder}: it holds neither {safe_name} nor {pickle_name}: {resave}")
+    try:
+        tensors = torch.load(folder / pickle_name, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError) as error:
+        raise InteropError(f"{folder}: {pickle_name} holds more than tensors, so it is not read (torch.load with "
+                           f"weights_only=True refused it: {str(error).splitlines()[0]}): {resave}") from None
+    if not isinstance(tensors, dict) or not all(isinstance(v, torch.Tensor) for v in tensors.values()):
+        raise InteropError(f"{folder}: {pickle_name} is not a dictionary of tensors: {resave}")
+    return tensors
 
 
 def copy_into(model, tensors: dict[str, torch.Tensor], what: str) -> None:
