@@ -818,6 +818,17 @@ def test_trained_count_names_the_mistake():
     _fails(check, lambda *a: float(right_count(*a)), "a float")
 
 
+@pytest.mark.parametrize("placement", ["houlsby", "pfeiffer", "parallel"])
+@pytest.mark.parametrize("train_layernorm", [True, False])
+def test_trained_count_checks_every_placement_with_both_layernorm_choices(placement, train_layernorm):
+    def wrong_for_one_pair(d, n_layers, r, p, t, num_labels):  # e.g. a branch written for this pair only
+        return right_count(d, n_layers, r, p, t, num_labels) + 2 * d * ((p, t) == (placement, train_layernorm))
+
+    message = _fails(checks.check_trained_count, wrong_for_one_pair, f"placement={placement!r}",
+                     f"train_layernorm={train_layernorm}", "off by +", "in the adapters", "in the classifier")
+    assert ("in the LayerNorms" in message) == train_layernorm
+
+
 def test_trained_count_names_numbers_written_in_for_one_model():
     check = checks.check_trained_count
 
@@ -916,6 +927,26 @@ def layer_from_one_character(names, placement, train_layernorm):
 def two_layers_assumed(names, placement, train_layernorm):
     kept = [n for n in names if not n.startswith("bert.encoder.layer.") or n.split(".")[3] in ("0", "1")]
     return right_names(kept, placement, train_layernorm) | {n for n in names if ".LayerNorm." in n and train_layernorm}
+
+
+def twelve_layers_written_in(names, placement, train_layernorm):
+    """Builds the adapters' names for layers 0..11 whatever the model."""
+    trained = {n for n in right_names(names, placement, train_layernorm) if ".adapter." not in n}
+    positions = ("attention.output", "output") if placement == "houlsby" else ("output",)
+    return trained | {f"bert.encoder.layer.{i}.{position}.adapter.{part}.{kind}" for i in range(12)
+                      for position in positions for part in ("down", "up") for kind in ("weight", "bias")}
+
+
+def listed_per_position(names, placement, train_layernorm):
+    """A list that adds the LayerNorms once per layer they are found in, and so holds some names twice."""
+    listed = sorted(right_names(names, placement, train_layernorm))
+    return listed + [n for n in listed if ".LayerNorm." in n]
+
+
+def test_trained_names_name_a_depth_written_in_and_a_list_with_repeats():
+    message = _fails(checks.check_trained_names, twelve_layers_written_in, "layers 2, 3", "assumed a number of layers")
+    assert "wrong position" not in message
+    _fails(checks.check_trained_names, listed_per_position, "2 times", "each name once")
 
 
 def test_trained_names_are_checked_on_bert_base_s_twelve_layers():

@@ -905,7 +905,8 @@ def _check_one_parallel_fold(name: str, fold_fn, projection, adapter, scale, x) 
 # --------------------------------------------------------------------------------------------------
 
 #: (d, n_layers, r, placement, train_layernorm, num_labels): BERT-large Pfeiffer (the paper's model, another
-#: placement), BERT-base Houlsby, BERT-base parallel with frozen LayerNorms, and a tiny model.
+#: placement), BERT-base Houlsby, BERT-base parallel with frozen LayerNorms and with trained ones, and a tiny
+#: model. Every placement meets both LayerNorm choices, so an answer wrong for one pair only cannot pass.
 TRAINED_COUNT_CASES = [
     (1024, 24, 64, "pfeiffer", True, 3),
     (768, 12, 64, "houlsby", True, 2),
@@ -913,6 +914,7 @@ TRAINED_COUNT_CASES = [
     (32, 3, 4, "houlsby", False, 5),
     (384, 6, 48, "pfeiffer", False, 2),  # the offline stand-in's shape (MiniLM: 6 layers, d = 384)
     (768, 12, 64, "houlsby", True, 1),  # one output: a regression head
+    (384, 6, 16, "parallel", True, 3),
 ]
 
 
@@ -981,6 +983,14 @@ def _count_mistakes(d, n_layers, r, placement, train_layernorm, num_labels) -> l
     return mistakes
 
 
+def _count_parts(d, n_layers, r, placement, train_layernorm, num_labels) -> str:
+    """What a task trains, part by part, in words."""
+    k = AdapterConfig.preset(placement).adapters_per_layer
+    norms = f"{(2 * n_layers + 1) * 2 * d:,} in the LayerNorms" if train_layernorm else "no LayerNorm (frozen)"
+    return (f"{n_layers * k * (2 * r * d + r + d):,} in the adapters ({n_layers} layers × {k} × (2rd + r + d)), "
+            f"{norms} and {d * num_labels + num_labels:,} in the classifier")
+
+
 @plain_errors
 def check_trained_count(count_fn) -> None:
     """Check ``count_fn(d, n_layers, r, placement, train_layernorm, num_labels) -> int`` (lab 4).
@@ -1005,8 +1015,9 @@ def check_trained_count(count_fn) -> None:
             if got == value:
                 raise CheckFailed(f"{call} returned {got:,}; the model trains {expected:,}. {message}")
         raise CheckFailed(
-            f"{call} returned {got!r}; the model trains {expected:,}. Count each trained part on its own "
-            "(adapters, LayerNorms if trained, classifier) and compare with print(model)."
+            f"{call} returned {got!r}; the model trains {expected:,}, off by {got - expected:+,}. No single "
+            f"mistake we know gives that number; it is made of {_count_parts(d, n_layers, r, placement, train_layernorm, num_labels)}: "
+            "count each part on its own and compare with print(model)."
         )
     report_passed(
         f"Your count matches a real model on all {len(TRAINED_COUNT_CASES)} cases, e.g. BERT-large, Pfeiffer, r = 64, "
@@ -1073,6 +1084,11 @@ def _diagnose_names(missing: set, extra: set, existing: set, placement: str, got
         return (f"Your set is right for some layers but wrong for layers {', '.join(map(str, sorted(off)))} of this "
                 f"{len(layers)}-layer BERT. Take each layer's number from its name as a whole number (BERT-base's go "
                 "up to 11, two digits), and do not assume how many layers there are.")
+    absent = sorted({_layer_of(name) for name in extra} - layers - {None})
+    if absent:
+        return (f"Your set names layers {', '.join(map(str, absent))}, which this {len(layers)}-layer BERT does not "
+                "have: you assumed a number of layers (BERT-base's 12?). Build the adapters' names from the names "
+                "you are given, so that they follow the model's own depth.")
     unknown = sorted(name for name in extra if name not in existing and not _ADAPTER_NAME.fullmatch(name))
     if unknown:
         return (
@@ -1143,6 +1159,11 @@ def _check_names_on(name: str, names_fn, build) -> None:
         if not all(isinstance(item, str) for item in got):
             raise CheckFailed(f"{call} returned a set holding {type(next(iter(got))).__name__}s; return parameter "
                               "names, the strings of model.named_parameters().")
+        twice = sorted({item for item in got if list(got).count(item) > 1})
+        if twice:
+            raise CheckFailed(f"{call} lists {twice[0]} {list(got).count(twice[0])} times"
+                              f"{f' (and {len(twice) - 1} other names more than once)' if len(twice) > 1 else ''}: "
+                              "return a set, each name once (build it with a set, or wrap your list in set(...)).")
         got = set(got)
         if got != expected:
             problem = _diagnose_names(expected - got, got - expected, existing, placement, got)
