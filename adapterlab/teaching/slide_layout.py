@@ -42,13 +42,16 @@ HIDE_INPUT_TAG = "deck-hide-input"
 PREDICTION_TAG = "prediction"
 
 # Slide geometry in reveal.js units (the deck is 1280 × 720, scaled to the screen; no prompts).
-SLIDE_BUDGET_PX = 660  # the slide's height less the cells' padding
+SLIDE_BUDGET_PX = 680  # the slide's height less the cells' padding, over the 0.96 the deck may scale text to
 FIGURE_HEIGHT_PX = 420
+FIGURE_FIT_PX = 340  # a figure counts this high at most: the deck gives it less height where the slide needs it
 TEXT_LINE_PX, TEXT_CHARS = 36, 92  # markdown at 26 px
 CODE_LINE_PX, CODE_CHARS = 28, 96  # code and text outputs at 21 px (DejaVu Sans Mono: 12.6 px a character)
 FIGURE_FONT_PX = 18  # the smallest text in a figure (axis titles, ticks, legend)
 HEADING_PX = 60
 PROSE_WORDS = 55  # words of prose a slide shows (the browser tests allow about 60); the rest goes to its notes
+MIN_ROOM_WORDS = 20  # a markdown cell joining a slide with less room than this starts a slide of its own
+MIN_SENTENCE_WORDS = 8  # less room than this on a slide, and a paragraph moves whole to the notes
 CELL_GAP_PX = 16
 
 _MARKER_LINE = re.compile(r"^\s*(#\s*NBVAL_\w*|###\s*(BEGIN|END)\s+SOLUTION)\b.*$")
@@ -99,7 +102,7 @@ def output_height(output) -> int:
         return _wrapped_lines(output.get("text", ""), CODE_CHARS) * CODE_LINE_PX + 8
     data = output.get("data", {})
     if PLOTLY_MIME in data:
-        return data[PLOTLY_MIME].get("layout", {}).get("height", FIGURE_HEIGHT_PX) + 8
+        return min(data[PLOTLY_MIME].get("layout", {}).get("height", FIGURE_HEIGHT_PX), FIGURE_FIT_PX) + 8
     if "image/png" in data:
         return _png_height(data["image/png"]) + 8
     if "text/html" in data:
@@ -327,6 +330,7 @@ def _fit_to_slides(cells):
                     and piece.source and not piece.metadata.get("transient", {}).get("remove_source"):
                 # a reveal that does not fit under its prediction: its code there, its outputs on a subslide
                 rest = _continued_outputs(piece, "out")
+                rest.metadata["deck_continued"] = RESULT  # a slide of its own by design, not an overflow
                 rest.outputs = piece.outputs
                 piece.outputs = []
                 pieces.insert(0, rest)
@@ -398,80 +402,69 @@ def _sentences(paragraph: str) -> list[str]:
 _LIST_ITEM = re.compile(r"[*+-] |\d+\. ")
 
 
-def _split_prose(markdown: str, budget: int, prediction: bool) -> tuple[str, str, str]:
-    """(what the slide shows, what moves to its notes, what moves to the next slide) for a markdown cell
-    with more than `budget` words. Headings and formulas stay whole; a long paragraph is cut between
-    sentences, the rest going to the notes; a list is cut between items, the rest (and what follows it)
-    going to the next slide. A prediction keeps
-    its question and its choices: the sentences that lead up to the question move to the notes."""
+def _first_sentences(text: str, room: int) -> tuple[str, str]:
+    """(the leading sentences of `text` within `room` words, at least one; the rest)."""
+    sentences, kept, used = _sentences(text), [], 0
+    for sentence in sentences:
+        if kept and used + prose_words(sentence) > room:
+            break
+        kept.append(sentence)
+        used += prose_words(sentence)
+    return " ".join(kept), " ".join(sentences[len(kept):])
+
+
+def _split_prose(markdown: str, room: int, prediction: bool) -> tuple[str, str]:
+    """(what the slide shows, what moves to its notes) for a markdown cell with more than `room` words.
+    Headings and formulas stay whole; a paragraph shows the sentences that fit, the rest (and the
+    paragraphs after it) going to the notes; a list stays whole on the slide, each item cut to its first
+    sentence when the list does not fit (a summary reads on one slide), the whole list in the notes. A
+    prediction keeps its question and its choices: the sentences that lead up to the question move to
+    the notes."""
     blocks = _blocks(markdown)
     if prediction:
         first = next((i for i, block in enumerate(blocks) if not block.startswith("#")), None)
         if first is None:
-            return markdown, "", ""
+            return markdown, ""
         sentences = _sentences(blocks[first])
         if len(sentences) < 2:
-            return markdown, "", ""
+            return markdown, ""
         lead = sentences[0].split("**", 2)[1] if sentences[0].startswith("**") and sentences[0].count("**") >= 2 else ""
         kept = ([f"**{lead}**"] if lead else []) + [sentences[-1]]
         moved = " ".join(sentences[:-1])
         if lead:
             moved = moved.replace(f"**{lead}**", "", 1).strip()
-        return "\n\n".join(blocks[:first] + [" ".join(kept)] + blocks[first + 1 :]), moved, ""
+        return "\n\n".join(blocks[:first] + [" ".join(kept)] + blocks[first + 1 :]), moved
     shown, moved, used = [], [], 0
     for block in blocks:
         words = prose_words(block)
-        if moved:
-            moved.append(block)
-        elif used + words <= budget or block.startswith("#"):
+        if block.startswith("#") or (not moved and used + words <= room):
             shown.append(block)
             used += words
-        elif _LIST_ITEM.match(block):  # the items that fit; the others, and what follows, on the next slide
-            items, kept = re.split(r"\n(?=[*+-] |\d+\. )", block), []
-            for item in items:
-                if used + prose_words(item) > budget and (kept or used):
-                    break
-                if used + prose_words(item) > budget:  # one item longer than a slide: its first sentences
-                    sentences, first = _sentences(item), []
-                    for sentence in sentences:
-                        if first and used + prose_words(sentence) > budget:
-                            break
-                        first.append(sentence)
-                        used += prose_words(sentence)
-                    item, tail = " ".join(first), " ".join(sentences[len(first):])
-                    if tail:
-                        moved.append(tail)
-                else:
-                    used += prose_words(item)
-                kept.append(item)
-            if kept:
-                shown.append("\n".join(kept))
-            later = ["\n".join(items[len(kept):])] if items[len(kept):] else []
-            return "\n\n".join(shown), "\n\n".join(moved), "\n\n".join(later + blocks[blocks.index(block) + 1 :])
-        elif used:
-            moved.append(block)
-        else:  # one long paragraph: the sentences that fit
-            sentences, kept = _sentences(block), []
-            for sentence in sentences:
-                if kept and used + prose_words(sentence) > budget:
-                    break
-                kept.append(sentence)
-                used += prose_words(sentence)
-            shown.append(" ".join(kept))
-            rest = " ".join(sentences[len(kept):])
+        elif _LIST_ITEM.match(block) and not moved:
+            items = re.split(r"\n(?=[*+-] |\d+\. )", block)
+            firsts = [_first_sentences(item, 0)[0] for item in items]
+            shown.append("\n".join(firsts))
+            used += sum(prose_words(first) for first in firsts)
+            if firsts != items:
+                moved.append(block)
+        elif not moved and room - used >= MIN_SENTENCE_WORDS:
+            kept, rest = _first_sentences(block, room - used)
+            shown.append(kept)
+            used += prose_words(kept)
             if rest:
                 moved.append(rest)
-    return "\n\n".join(shown), "\n\n".join(moved), ""
+        else:
+            moved.append(block)
+    return "\n\n".join(shown), "\n\n".join(moved)
 
 
 def _within_words(cells):
-    """Keep a slide's prose within PROSE_WORDS: a markdown cell that would pass it starts a slide of its
-    own, and a cell longer than that shows its first part, the rest going to the slide's speaker notes
-    (a paragraph's tail) or to the next slide (a list's later items and what follows them)."""
+    """Keep a slide's prose within PROSE_WORDS: a markdown cell shows what fits beside the prose already
+    on its slide, the rest going to the slide's speaker notes (see `_split_prose`). A cell starts a slide
+    of its own, continuing the one before, only when its slide has under MIN_ROOM_WORDS words of room
+    left: a slide is split where it is full, not wherever a cell ends."""
     shown, used, started = [], 0, False  # started: the slide already shows something
-    queue = list(cells)
-    while queue:
-        cell = queue.pop(0)
+    for cell in cells:
         kind = slide_type(cell)
         if kind in ("slide", "subslide"):
             used, started = 0, False
@@ -480,33 +473,32 @@ def _within_words(cells):
             started = started or kind != "notes"
             continue
         words = prose_words(cell.source)
-        crowded = used + words > PROSE_WORDS and (used or (words > PROSE_WORDS and started))
-        started = True
-        if crowded and kind not in ("slide", "subslide") and not cell.metadata.get("deck_keep_with_previous"):
+        full = used + words > PROSE_WORDS and PROSE_WORDS - used < MIN_ROOM_WORDS and started
+        if full and kind not in ("slide", "subslide") and not cell.metadata.get("deck_keep_with_previous"):
             set_slide_type(cell, "subslide")
-            cell.metadata["deck_continued"] = True  # the same slide, continued: same heading, same notes
+            cell.metadata["deck_continued"] = True
             used = 0
+        started = True
         shown.append(cell)
-        if words > PROSE_WORDS:
-            cell.source, moved, later = _split_prose(cell.source, PROSE_WORDS, PREDICTION_TAG in tags(cell))
+        if used + words > PROSE_WORDS:
+            room = max(PROSE_WORDS - used, MIN_SENTENCE_WORDS)
+            cell.source, moved = _split_prose(cell.source, room, PREDICTION_TAG in tags(cell))
             if moved:
                 shown.append(_markdown_cell(moved, "notes"))
-            if later:
-                following = _markdown_cell(later, "subslide")
-                following.metadata["deck_continued"] = True
-                queue.insert(0, following)
             words = prose_words(cell.source)
         used += words
     return shown
 
 
 _HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
+RESULT = "result"  # marks the slide that shows a prediction's result under its own label
 
 
 def _label_continuations(cells):
-    """Each subslide the layout started, and each slide that shows only outputs, opens with the heading
-    before it, marked as continued, and carries that slide's speaker notes when it has none of its own: a slide never shows a
-    lone output, and every result slide has notes."""
+    """Each subslide the layout started opens with the heading before it, marked as continued, and each
+    slide that shows only outputs opens with that heading: a slide never shows a lone output. A slide the
+    layout split off gets speaker notes of its own when none of the notebook's notes fall on it (what it
+    shows, in a line): two slides never carry the same notes."""
     groups, heading = [], None
     for cell in cells:
         continued = cell.metadata.pop("deck_continued", False)
@@ -517,27 +509,58 @@ def _label_continuations(cells):
         if cell.cell_type == "markdown" and slide_type(cell) != "notes":
             found = _HEADING.findall(cell.source)
             heading = found[-1] if found else heading
-    notes = {}
-    for group in groups:
-        notes.setdefault(group["origin"], []).extend(c for c in group["cells"] if slide_type(c) == "notes")
+    parts: dict[int, int] = {}
     shown = []
     for group in groups:
         body = group["cells"]
+        parts[group["origin"]] = parts.get(group["origin"], 0) + 1
         says = [c for c in body if c.cell_type == "markdown" and slide_type(c) != "notes" and c.source.strip()]
         results = any(c.cell_type == "code" and c.get("outputs") for c in body)
         if group["heading"] and ((group["continued"] and not any(_HEADING.search(c.source) for c in says))
                                  or (results and not says)):
             starts = slide_type(body[0]) if slide_type(body[0]) in ("slide", "subslide") else "subslide"
-            label = _markdown_cell(f"### {group['heading'].rstrip('.:')} (continued)", starts)
+            continued = {RESULT: ": the result", True: " (continued)"}.get(group["continued"], "")
+            label = _markdown_cell(f"### {group['heading'].rstrip('.:')}{continued}", starts)
             set_slide_type(body[0], "-")
             body = [label] + body
-        if not any(slide_type(c) == "notes" for c in body):
-            body = body + [copy.deepcopy(c) for c in notes.get(group["origin"], [])]
+        if group["continued"] and not any(slide_type(c) == "notes" for c in body):
+            body = body + [_markdown_cell(_part_note(group["heading"], parts[group["origin"]], body), "notes")]
         shown += body
     for number, cell in enumerate(shown):  # copies share their cell ids; a deck needs them unique
         if "id" in cell and any(cell["id"] == other.get("id") for other in shown[:number]):
             cell["id"] = f"{cell['id'][:56]}-c{number}"
     return shown
+
+
+def _part_note(heading: str | None, part: int, cells) -> str:
+    """Speaker notes for a part of a slide the layout split: which part of which slide, and what it shows."""
+    shows = []
+    for cell in cells:
+        if slide_type(cell) == "notes" or (cell.cell_type == "markdown" and _HEADING.fullmatch(cell.source.strip())):
+            continue
+        if cell.cell_type == "markdown" and cell.source.strip():
+            first = _sentences(" ".join(cell.source.split()))[0]
+            shows.append(" ".join(first.split()[:16]) + (" …" if len(first.split()) > 16 else ""))
+        elif cell.cell_type == "code":
+            line = next((line.strip() for line in cell.source.splitlines() if line.strip()), "")
+            hidden = cell.metadata.get("transient", {}).get("remove_source")
+            if line and not hidden:
+                shows.append(f"the code `{line[:60]}`")
+            shows += [_output_kind(output) for output in cell.get("outputs", [])][:2]
+    where = f"“{heading.rstrip('.:')}”" if heading else "this section"
+    return f"Part {part} of {where}: " + ("; ".join(shows) or "what the part before it leads to") + "."
+
+
+def _output_kind(output) -> str:
+    """What an output is, in a few words for the speaker notes."""
+    data = output.get("data", {})
+    if PLOTLY_MIME in data or "image/png" in data:
+        return "the figure"
+    if "<table" in "".join(data.get("text/html", "")):
+        return "the table"
+    text = output.get("text", "") or "".join(data.get("text/plain", ""))
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return f"the lines from “{first[:50]}”" if first else "the output"
 
 
 def _markdown_cell(source: str, kind: str):
