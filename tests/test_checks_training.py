@@ -61,6 +61,45 @@ def step_zeroing_first(model, optimizer, batch):
     loss = model(**batch).loss
     loss.backward()
     optimizer.step()
+    return loss.item()
+
+
+def step_logging_first(model, optimizer, batch):
+    """Right, with an extra forward without autograd to log the loss before the update (it draws dropout too)."""
+    with torch.no_grad():
+        logged = model(**batch).loss.item()
+    loss = model(**batch).loss
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    assert logged > 0
+    return loss.item()
+
+
+def step_with_own_cross_entropy(model, optimizer, batch):
+    """Right, written another way: the logits through F.cross_entropy, the gradients set to None first."""
+    optimizer.zero_grad(set_to_none=True)
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    loss = torch.nn.functional.cross_entropy(logits, batch["labels"])
+    loss.backward()
+    optimizer.step()
+    return float(loss)
+
+
+def step_with_summed_loss(model, optimizer, batch):
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    loss = torch.nn.functional.cross_entropy(logits, batch["labels"], reduction="sum")
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    return loss.item() / len(batch["labels"])
+
+
+def step_returning_the_tensor(model, optimizer, batch):
+    loss = model(**batch).loss
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
     return loss
 
 
@@ -197,6 +236,20 @@ def test_training_step_accepts_right_answers(capsys):
     ct.check_training_step(prepare_by_name, step)
     ct.check_training_step(prepare_with_policy, step_zeroing_first)
     assert capsys.readouterr().out.startswith("✔")
+
+
+@pytest.mark.parametrize("train_step", [step_logging_first, step_with_own_cross_entropy])
+def test_training_step_accepts_right_steps_written_differently(train_step, capsys):
+    ct.check_training_step(prepare_by_name, train_step)
+    assert capsys.readouterr().out.startswith("✔")
+
+
+def test_training_step_names_a_summed_loss_and_a_returned_graph():
+    message = _fails(ct.check_training_step, prepare_by_name, step_with_summed_loss,
+                     words=("6 times", "summed over the batch's 6 examples", "the mean"))
+    assert "loss.backward()" not in message
+    _fails(ct.check_training_step, prepare_by_name, step_returning_the_tensor,
+           words=("loss tensor itself", "autograd graph", "loss.item()"))
 
 
 @pytest.mark.parametrize(

@@ -172,15 +172,16 @@ def _policy(model) -> set[str]:
     return {name for name, p in policy.named_parameters() if p.requires_grad}
 
 
-def _fresh_gradients(model, batch, names: list[str], seed: int, mode: str = "train"):
-    """The loss on the batch and its gradients for the named tensors, on a copy, by autograd; dropout draws its
-    masks from ``seed``. ``mode``: "train" (the reference), "eval" (dropout off) or "unmasked" (no attention mask)."""
+def _fresh_gradients(model, batch, names: list[str], rng: torch.Tensor, mode: str = "train"):
+    """The loss on the batch and its gradients for the named tensors, on a copy, by autograd, with dropout drawing
+    from the random state ``rng``. ``mode``: "train" (the reference), "eval" (dropout off) or "unmasked" (no
+    attention mask)."""
     twin = copy.deepcopy(model)
     twin.train(mode != "eval")
     parameters = dict(twin.named_parameters())
     given = {k: v for k, v in batch.items() if not (mode == "unmasked" and k == "attention_mask")}
     with torch.random.fork_rng(), torch.enable_grad():
-        torch.manual_seed(seed)
+        torch.set_rng_state(rng)
         loss = twin(**given).loss
         return loss.item(), list(torch.autograd.grad(loss, [parameters[n] for n in names]))
 
@@ -196,8 +197,76 @@ def _padded_batch(labels: list[int]) -> dict:
     return {"input_ids": ids, "attention_mask": mask, "labels": torch.tensor(labels)}
 
 
-_NO_GRAD_HINT = ("If the loss has no grad_fn, the forward ran under torch.no_grad() or torch.inference_mode(): a "
-                 "training step needs autograd on.")
+def _same(grads, reference) -> bool:
+    return all(close_enough(g, f) for g, f in zip(grads, reference))
+
+
+def _step_mistake(model, batch, names, grads, seen: dict, step_name: str) -> str | None:
+    """None when ``grads`` are the gradients of this batch's loss for one of the step's forwards with autograd on
+    (training mode, mask used, at the dropout draw that forward consumed); otherwise what they are instead.
+
+    Replaying each forward's own draw, rather than assuming which draw the step uses, accepts every correct step:
+    one that logs with an extra no-grad forward, or draws random numbers of its own."""
+    forwards, call = seen["forwards"], seen["call"]
+    if not forwards:
+        return (f"At step {call} optimizer.step() ran, but {step_name} called model(...) with autograd off only: the "
+                "gradients it steps with come from elsewhere. Compute loss = model(**batch).loss with autograd on.")
+    for forward in forwards:
+        loss, fresh = _fresh_gradients(model, batch, names, forward["rng"])
+        if _same(grads, fresh):
+            seen["match"] = loss
+            return None
+    for forward in forwards:
+        loss, fresh = _fresh_gradients(model, batch, names, forward["rng"])
+        if seen["previous"] is not None and _same(grads, [f + p for f, p in zip(fresh, seen["previous"])]):
+            return (f"At step {call} the gradients are the sum of this step's and the previous step's: gradients "
+                    "accumulate because they are never reset. Call optimizer.zero_grad() after optimizer.step() (or "
+                    "before loss.backward()).")
+        scale = _ratio(grads, fresh)
+        if scale is not None:
+            rows = len(batch["labels"])
+            why = (f"your loss is summed over the batch's {rows} examples (reduction='sum', or the mean times the "
+                   "batch size)" if math.isclose(scale, rows, rel_tol=1e-3) else "your loss is multiplied by a number")
+            return (f"At step {call} the gradients point the right way but are {scale:.3g} times this batch's loss's: "
+                    f"{why}. Train on model(**batch).loss as it comes, the mean over the batch, so that the learning "
+                    "rate means what it says.")
+        if not forward["training"] and _same(grads, _fresh_gradients(model, batch, names, forward["rng"], "eval")[1]):
+            return (f"At step {call} the model ran in evaluation mode, so dropout was off: your code calls model.eval() "
+                    "(or never model.train() after it). Training steps run the model in training mode.")
+        if not forward["masked"] and _same(grads, _fresh_gradients(model, batch, names, forward["rng"], "unmasked")[1]):
+            return (f"At step {call} the loss ignored the attention mask: the padding tokens were attended to as if "
+                    "they were words. Pass the whole batch, model(**batch), attention_mask included.")
+    return (f"At step {call} the gradients optimizer.step() sees are not those of this batch's loss (autograd on a copy "
+            "of the model, replaying the dropout of each forward your step ran, disagrees). Likely causes: a loss "
+            "computed from something other than model(**batch).loss (another batch, your own reduction), or "
+            "gradients changed between loss.backward() and optimizer.step() (clipping, scaling, a second backward).")
+
+
+def _ratio(grads, reference) -> float | None:
+    """k when ``grads`` = k·``reference`` for one k ≠ 1 (a rescaled loss), else None."""
+    flat_g = torch.cat([g.flatten().double() for g in grads])
+    flat_f = torch.cat([f.flatten().double() for f in reference])
+    norm = float(flat_f @ flat_f)
+    if norm == 0:
+        return None
+    k = float(flat_g @ flat_f) / norm
+    if math.isclose(k, 1.0, rel_tol=1e-3) or not _same(grads, [k * f for f in reference]):
+        return None
+    return k
+
+
+def _check_returned_loss(step_name: str, returned, loss: float) -> None:
+    """The step returns the loss it trained on as a number, not a tensor that keeps the batch's graph alive."""
+    if isinstance(returned, torch.Tensor) and (returned.requires_grad or returned.grad_fn is not None):
+        raise CheckFailed(
+            f"{step_name} returns the loss tensor itself, which still holds its autograd graph (every activation of "
+            "the batch): a loop that keeps the returned losses, e.g. in a list, keeps every batch's graph in memory. "
+            "Return loss.item(), a plain number."
+        )
+    value = _as_float(returned)
+    if value is None or not math.isclose(value, loss, rel_tol=1e-4, abs_tol=1e-6):
+        raise CheckFailed(f"{step_name} returned {returned!r}; return the loss of the batch it trained on "
+                          f"(here {loss:.4f}), as a number: loss.item().")
 
 
 @plain_errors
@@ -210,8 +279,9 @@ def check_training_step(prepare_fn, step_fn) -> None:
     rate over exactly the trainable tensors, each once. Checked on a model with BERT-base's 12 layers and on
     the 3-layer model that then trains. ``step_fn(model, optimizer, batch) -> loss`` makes one training step.
     Checked over a few steps on one padded batch, with dropout on: each step sees the fresh gradient of its
-    own loss (training mode, attention mask used, no accumulation), calls ``optimizer.step()`` once, leaves
-    every frozen tensor bit-identical, and the loss falls.
+    own loss (training mode, attention mask used, the mean over the batch, no accumulation; replayed with the
+    dropout draw of the step's own forward, so extra forwards to log are fine), calls ``optimizer.step()``
+    once, returns the loss as a number, leaves every frozen tensor bit-identical, and the loss falls.
     """
     prepare_name, step_name = getattr(prepare_fn, "__name__", "prepare"), getattr(step_fn, "__name__", "step")
     deep = _tiny_classifier(seed=5, layers=12)
@@ -227,10 +297,13 @@ def check_training_step(prepare_fn, step_fn) -> None:
     names = sorted(expected)
     parameters = dict(model.named_parameters())
     batch = _padded_batch([0, 1, 1, 0, 1, 0])
-    seen: dict = {}
+    seen: dict = {"previous": None}
 
-    def same(grads, reference) -> bool:
-        return all(close_enough(g, f) for g, f in zip(grads, reference))
+    def record_forward(module, args, kwargs):
+        """Each forward with autograd on is a loss the step may train on: note its dropout draw and its inputs."""
+        if torch.is_grad_enabled() and module is model:  # not the check's own copies, which carry this hook too
+            seen["forwards"].append({"rng": torch.get_rng_state(), "training": module.training,
+                                     "masked": kwargs.get("attention_mask") is not None or len(args) > 1})
 
     def inspect_gradients(optimizer, args, kwargs):
         """Runs inside optimizer.step(): are the gradients there, and are they this step's own?"""
@@ -241,29 +314,10 @@ def check_training_step(prepare_fn, step_fn) -> None:
                 f"{step_name} calls optimizer.step() while no tensor has a gradient: the loss was never "
                 "backpropagated. Call loss.backward() before optimizer.step()."))
             return
-        grads = [torch.zeros_like(parameters[n]) if g is None else g for n, g in zip(names, grads)]
-        if same(grads, seen["fresh"]):
-            return
-        previous = seen.get("previous")
-        seed, call = seen["seed"], seen["call"]
-        if previous is not None and all(close_enough(g, f + p) for g, f, p in zip(grads, seen["fresh"], previous)):
-            seen.setdefault("problem", (
-                f"At step {call} the gradients are the sum of this step's and the previous step's: "
-                "gradients accumulate because they are never reset. Call optimizer.zero_grad() after "
-                "optimizer.step() (or before loss.backward())."))
-        elif same(grads, _fresh_gradients(model, batch, names, seed, "eval")[1]):
-            seen.setdefault("problem", (
-                f"At step {call} the model ran in evaluation mode, so dropout was off: your code calls model.eval() "
-                "(or never model.train() after it). Training steps run the model in training mode."))
-        elif same(grads, _fresh_gradients(model, batch, names, seed, "unmasked")[1]):
-            seen.setdefault("problem", (
-                f"At step {call} the loss ignored the attention mask: the padding tokens were attended to as if "
-                "they were words. Pass the whole batch, model(**batch), attention_mask included."))
-        else:
-            seen.setdefault("problem", (
-                f"At step {call} the gradients optimizer.step() sees are not those of this batch's loss "
-                "(autograd on a copy of the model disagrees): compute loss = model(**batch).loss on the batch "
-                "you are given, then call loss.backward() once."))
+        grads = [torch.zeros_like(parameters[n]) if g is None else g.detach().clone() for n, g in zip(names, grads)]
+        problem = _step_mistake(model, batch, names, grads, seen, step_name)
+        if problem:
+            seen.setdefault("problem", problem)
 
     def eval_loss() -> float:
         mode = model.training
@@ -274,16 +328,14 @@ def check_training_step(prepare_fn, step_fn) -> None:
         return value
 
     first_loss = eval_loss()
-    hook = optimizer.register_step_pre_hook(inspect_gradients)
+    hooks = [optimizer.register_step_pre_hook(inspect_gradients),
+             model.register_forward_pre_hook(record_forward, with_kwargs=True)]
     try:
         for call in range(1, TRAINING_STEPS + 1):
-            seed = 600 + call
-            loss_now, fresh = _fresh_gradients(model, batch, names, seed)
-            seen.update(call=call, steps=0, fresh=fresh, seed=seed)
+            seen.update(call=call, steps=0, forwards=[], match=None)
             with torch.random.fork_rng():
-                torch.manual_seed(seed)  # the same dropout masks as the reference
-                returned = call_answer(f"{step_name}(model, optimizer, batch)", step_fn, model, optimizer, dict(batch),
-                                 hint=_NO_GRAD_HINT)
+                torch.manual_seed(600 + call)
+                returned = call_answer(f"{step_name}(model, optimizer, batch)", step_fn, model, optimizer, dict(batch))
             if "problem" in seen:
                 raise CheckFailed(seen["problem"])
             if seen["steps"] == 0:
@@ -293,16 +345,12 @@ def check_training_step(prepare_fn, step_fn) -> None:
                 )
             if seen["steps"] > 1:
                 raise CheckFailed(f"{step_name} calls optimizer.step() {seen['steps']} times; one step means one update.")
-            value = _as_float(returned)
-            if value is None or not math.isclose(value, loss_now, rel_tol=1e-4, abs_tol=1e-6):
-                raise CheckFailed(
-                    f"{step_name} returned {returned!r}; return the loss of the batch it trained on "
-                    f"(here {loss_now:.4f}), e.g. loss.item()."
-                )
+            _check_returned_loss(step_name, returned, seen["match"])
             seen["previous"] = [parameters[n].grad.detach().clone() if parameters[n].grad is not None
                                 else torch.zeros_like(parameters[n]) for n in names]
     finally:
-        hook.remove()
+        for hook in hooks:
+            hook.remove()
     moved = [name for name in before if name not in expected and not torch.equal(before[name], parameters[name])]
     if moved:
         raise CheckFailed(f"{len(moved)} frozen tensors changed during training, e.g. {moved[0]}; frozen means untouched.")
