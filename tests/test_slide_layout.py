@@ -8,6 +8,7 @@ tests/browser checks in Chromium that every slide of every lab fits the screen.
 
 from __future__ import annotations
 
+import html
 import re
 from html.parser import HTMLParser
 
@@ -121,6 +122,7 @@ def test_stderr_leaves_the_slides_and_the_notice_is_on_the_title_slide_once(tmp_
     assert source["text"].count(notice) == 1 and deck.text.count(notice) == 1, "the notice once, after the title"
     assert "backbone tiny (stand-in)" in source["text"] and "SST-2 dev" in source["text"] and "GLUE" in source["text"]
     assert "Lab 42" not in "".join(slide["text"] for slide in deck.slides[1:]), "the title is shown once, on the title slide"
+    assert "stand-in" not in "".join(slide["text"] for slide in deck.slides[2:]), "the backbone line once, on the title slides"
 
 
 def test_a_long_notice_shows_its_first_sentence_and_the_notes_hold_all_of_it(tmp_path):
@@ -302,6 +304,38 @@ def test_a_text_table_becomes_an_html_table_with_the_same_cells():
     assert [[c.replace("&amp;", "&") for c in row] for row in cells] == expected
     assert "<pre>runs on the stand-in, seeds 0, 1, 2</pre>" in shown and "all 9 runs stored" in shown
     assert text_tables_as_html("one line\nanother line of text\nand a third one\n") is None
+
+
+TUNED = """point               selected lr     trained  dev accuracy ×100 (seeds)  paper
+Houlsby r=64              0.001     753,794             85.0 ± 1.0 (3)   94.0
+Houlsby r=2              0.001*     181,658             83.3 ± 0.7 (3)
+top-1 layers            0.0008*   1,923,074             82.2 ± 1.4 (3)
+full fine-tuning         0.0002  22,713,986             87.0 ± 0.2 (3)   94.9
+* a shared rate   ! best rate at the grid's edge   paper: Table 1, BERT-large, GLUE test
+"""
+
+
+def _table_cells(shown: str, tag: str) -> list[list[str]]:
+    rows = re.findall(r"<tr>(.*?)</tr>", shown)
+    return [[html.unescape(re.sub(r"<[^>]+>", "", c)) for c in re.findall(rf"<{tag}[^>]*>.*?</{tag}>", row)]
+            for row in rows if f"<{tag}" in row]
+
+
+def test_a_table_with_a_footer_line_keeps_its_columns_and_the_footer_is_text():
+    shown = text_tables_as_html(TUNED)
+    lines = TUNED.splitlines()
+    assert _table_cells(shown, "th") == [re.split(r"\s{2,}", lines[0].strip())]
+    assert _table_cells(shown, "td") == [re.split(r"\s{2,}", line.strip()) + [""] * (5 - len(re.split(r"\s{2,}", line.strip())))
+                                         for line in lines[1:5]]
+    assert html.unescape(shown).rstrip().endswith(f"<pre>{lines[5]}</pre>")
+
+
+def test_a_data_row_is_never_a_header():
+    text = ("sst2   positive      41.6 ms   a gripping, beautifully acted film\n"
+            "cola   acceptable    42.8 ms   The book was written by her.\n"
+            "sst2   negative      40.9 ms   a dull, lifeless remake\n")
+    shown = text_tables_as_html(text)
+    assert "<th" not in shown and len(_table_cells(shown, "td")) == 3
 
 
 def test_a_long_output_line_wraps_at_spaces_with_a_hanging_indent():

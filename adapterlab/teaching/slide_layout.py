@@ -9,7 +9,8 @@ groups it into slides:
 - ``# NBVAL_...`` lines and nbgrader's solution markers are removed from the code, which is otherwise
   shown exactly as written (the labs' code fits 88 columns);
 - a folded ``<details>`` block shows its summary, then its body as a fragment (the next key press);
-- stderr outputs (the stand-in NOTICE) are left out: the title slide carries the notice once;
+- stderr outputs (the stand-in NOTICE) and the printed stand-in backbone line are left out: the title
+  slides carry them once;
 - absolute paths in outputs become short relative ones (a deck must not show a machine's folders);
 - plotly figures get a height that fits a slide;
 - a prediction (markdown and code cells tagged ``prediction``) becomes a slide of its own, its code
@@ -60,6 +61,8 @@ _GLUE_PATH = re.compile(r"GLUE folder:? (?:/|[A-Za-z]:\\)\S*?[/\\]([\w.-]+[/\\][
 # any other absolute path (POSIX with two or more parts, home-relative, or Windows) → its last part
 _ABSOLUTE_PATH = re.compile(r"(?<![\w.:/\\~-])(?:~|(?:[A-Za-z]:)?)(?:[/\\][\w.+-]+){2,}[/\\]?")
 _BACKBONE_LINE = re.compile(r"\bBackbone: ([^|\n]+)")
+# the line a lab prints when it loads a backbone: the title slides say it once for the deck
+_STANDIN_LINE = re.compile(r"^Backbone: [^\n]*\bstand-in\b[^\n]*(?:\n|$)", re.MULTILINE)
 _DATA_LINE = re.compile(r"\b((?:SST-2|CoLA|[A-Z][\w-]+) (?:train|dev|test)): [\d,]+(?: of [\d,]+)? rows.* from (.+)$", re.MULTILINE)
 
 
@@ -199,7 +202,9 @@ def _clean_code_cell(cell) -> None:
         if output.get("name") == "stderr" or WIDGET_VIEW_MIME in output.get("data", {}):
             continue  # the notice is on the title slides; a widget needs a kernel (the deck drops it)
         if "text" in output:
-            output["text"] = relative_paths(output["text"])
+            output["text"] = relative_paths(_STANDIN_LINE.sub("", output["text"]))
+            if not output["text"].strip():
+                continue
         data = output.get("data", {})
         for mime in ("text/plain", "text/html", "text/markdown"):
             if mime in data:
@@ -672,7 +677,8 @@ def wrap_output_line(line: str, width: int = CODE_CHARS) -> list[str]:
 
 
 _FIELDS = re.compile(r"\S+(?: \S+)*")
-_NUMBER_CELL = re.compile(r"^[-+−]?[\d.,]+(?:e[-+]?\d+)?\s*(?:%|[kMG]?B)?(?:,\s*[-+−]?[\d.,]+\s*%?)*$")
+_LEADING_NUMBER = re.compile(r"^[-+−]?\.?\d")
+_NUMBER_CELL = re.compile(r"^[-+−]?[\d.,]+(?:e[-+]?\d+)?\s*(?:%|[kMG]?B)?(?:,\s*[-+−]?[\d.,]+\s*%?)*[*!]?(?: ± [\d.]+)?(?: \(\d+\))?$")
 
 
 def text_table_rows(lines: list[str]) -> list[list[str]] | None:
@@ -701,6 +707,11 @@ def text_table_rows(lines: list[str]) -> list[list[str]] | None:
     return [[row[a:b].strip() for a, b in zip(bounds, stops)] for row in padded]
 
 
+def _columns(lines: list[str]) -> int:
+    rows = text_table_rows(lines)
+    return len(rows[0]) if rows else 0
+
+
 def text_tables_as_html(text: str) -> str | None:
     """`text` as HTML, its fixed-width tables as <table>s and every other line in a <pre> (wrapped as
     `wrap_output_line` does); None when `text` holds no table."""
@@ -718,6 +729,8 @@ def text_tables_as_html(text: str) -> str | None:
         end = i
         while end < len(lines) and len(_FIELDS.findall(lines[end])) >= 3:
             end += 1
+        while end - i > 3 and _columns(lines[i:end - 1]) > _columns(lines[i:end]):
+            end -= 1  # a footer line that fills the gaps between columns is text under the table
         rows = text_table_rows(lines[i:end]) if end - i >= 3 else None
         if rows is None:
             plain.append(lines[i])
@@ -726,7 +739,8 @@ def text_tables_as_html(text: str) -> str | None:
         flush()
         rows_seen = True
         digits = [[bool(re.search(r"\d", value)) for value in row] for row in rows]
-        headed = digits[0] != digits[1]  # a header row looks unlike the rows under it
+        # a header row looks unlike the rows under it, and no cell of it is a number
+        headed = digits[0] != digits[1] and not any(_LEADING_NUMBER.match(value) for value in rows[0])
         head, body = (rows[0], rows[1:]) if headed else (None, rows)
         columns = len(rows[0])
         numeric = [all(_NUMBER_CELL.match(row[c]) or row[c] in ("", "—", "-") for row in body) for c in range(columns)]
