@@ -29,6 +29,7 @@ import json
 import math
 import os
 import platform
+import reprlib
 import tempfile
 import time
 import warnings
@@ -236,8 +237,14 @@ class RunStore:
         return len(self.records())
 
 
+#: The range of each metric a run is scored by (:func:`adapterlab.training.data.compute_metrics`).
+METRIC_RANGES = {"accuracy": (0.0, 1.0), "f1": (0.0, 1.0), "matthews": (-1.0, 1.0)}
+
+
 def record_problem(record) -> str | None:
-    """What keeps a parsed record from being a stored run this module wrote (None when it is one)."""
+    """What keeps a parsed record from being a stored run this module wrote (None when it is one): a record
+    edited by hand or damaged must not steer a selection or count twice, so every field a comparison reads is
+    checked — the key (and that ``id`` is its hash), the seed, the status, and each score's type and range."""
     if not isinstance(record, dict):
         return f"it is a JSON {type(record).__name__}, not an object"
     key = record.get("key")
@@ -245,16 +252,47 @@ def record_problem(record) -> str | None:
         return "it has no key with settings"
     seed = key["settings"].get("seed")
     if isinstance(seed, bool) or not isinstance(seed, int):
-        return "its key names no seed"
+        return f"its key's settings.seed is {reprlib.repr(seed)}, not an integer"
     status = record.get("status", "complete")  # runs stored before statuses were recorded are complete
     if status not in ("complete", "diverged"):
-        return f"its status {status!r} is neither complete nor diverged"
-    if not isinstance(record.get("metric"), str):
+        return f"its status {reprlib.repr(status)} is neither complete nor diverged"
+    metric = record.get("metric")
+    if not isinstance(metric, str):
         return "it names no metric"
-    best = record.get("best_metric")
-    if status == "complete" and (isinstance(best, bool) or not isinstance(best, (int, float))
-                                 or not math.isfinite(best)):
-        return f"it is complete but its best_metric is {best!r}, not a number"
+    if metric not in METRIC_RANGES:
+        return f"its metric {reprlib.repr(metric)} is none of {', '.join(METRIC_RANGES)}"
+    scores = [("", record, "best_metric")] if status == "complete" else []
+    if status == "complete" and (record.get("selected_on") == "validation" or "validation_metric" in record):
+        scores.append(("", record, "validation_metric"))
+    evals = record.get("evals", [])
+    if not isinstance(evals, list) or not all(isinstance(entry, dict) for entry in evals):
+        return "its evals are not a list of objects"
+    for number, entry in enumerate(evals):
+        scores.append((f"evals[{number}].", entry, metric))
+        if "validation" in entry:
+            scores.append((f"evals[{number}].validation.", entry["validation"], metric))
+        if isinstance(entry.get("step"), bool) or not isinstance(entry.get("step"), int):
+            return f"its evals[{number}].step is {reprlib.repr(entry.get('step'))}, not an integer"
+    for where, holder, name in scores:
+        problem = _score_problem(where + name, holder, name, metric)
+        if problem is not None:
+            return problem
+    expected = run_id(key)
+    if record.get("id", expected) != expected:
+        return f"its id {reprlib.repr(record['id'])} is not its key's hash {expected} (a copy of another run's, edited)"
+    return None
+
+
+def _score_problem(field: str, holder, name: str, metric: str) -> str | None:
+    """Why ``holder[name]`` (the record's ``field``) is not a possible score of ``metric``; None when it is."""
+    if not isinstance(holder, dict) or name not in holder:
+        return f"it has no {field}"
+    value = holder[name]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return f"its {field} is {reprlib.repr(value)}, not a number"
+    low, high = METRIC_RANGES[metric]
+    if not low <= value <= high:
+        return f"its {field} is {value!r}, outside {metric}'s range [{low:g}, {high:g}]"
     return None
 
 
@@ -267,6 +305,9 @@ def _read(path: Path) -> dict | None:
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
         problem = record_problem(record)
+        if problem is None and path.stem != run_id(record["key"]):
+            problem = (f"it holds the run {run_id(record['key'])}.json, not {path.name} (a copy of another run's "
+                       "record)")
     except RecursionError:
         problem = "it is not valid JSON (nested too deeply)"
     except UnicodeDecodeError:
