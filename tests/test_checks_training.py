@@ -398,6 +398,14 @@ def matthews_zero_only_for_all_ones(labels, predictions):
     return matthews_dividing_by_zero(labels, predictions)
 
 
+def matthews_guarding_the_cases_it_thought_of(labels, predictions):
+    """Guards constant predictions and labels without a 0, but not labels without a 1 (all negative)."""
+    labels, predictions = np.asarray(labels), np.asarray(predictions)
+    if len(set(predictions.tolist())) == 1 or np.all(labels == 1):
+        return 0.0
+    return matthews_dividing_by_zero(labels, predictions)
+
+
 def matthews_rounded(labels, predictions):
     return round(matthews(labels, predictions), 2)
 
@@ -408,6 +416,7 @@ def matthews_rounded(labels, predictions):
         (matthews_int32, ("CoLA's size", "32-bit", "int(")),
         (matthews_perfect_is_one, ("perfect predictions of labels of one class only", "defined as 0")),
         (matthews_zero_only_for_all_ones, ("always 0", "return 0.0 instead of dividing")),
+        (matthews_guarding_the_cases_it_thought_of, ("no 1 at all", "return 0.0 instead of dividing")),
         (matthews_rounded, ("the Matthews correlation is",)),
     ],
     ids=lambda value: getattr(value, "__name__", None) if callable(value) else None,
@@ -615,6 +624,63 @@ def test_span_ablation_checks_every_part_of_the_restore(answer, words):
         assert torch.is_grad_enabled() == grad_mode  # the check itself gives the grad mode back
     finally:
         torch.set_grad_enabled(grad_mode)
+
+
+def ablate_ending_in_training_mode(model, score):
+    """Evaluates in evaluation mode and 'restores' by model.train(): right only for a model that came in training."""
+    model.eval()
+    try:
+        return ablate(model, score)
+    finally:
+        model.train()
+
+
+def ablate_zeroing_w_up(model, score):
+    """Switches a span off by zeroing the W_up of its adapters, and puts them back: off only while b_up is zero."""
+    n, scores = len(encoder_layers(model)), {}
+    ups = {name: p for name, p in model.named_parameters() if name.endswith("adapter.up.weight")}
+    for i in range(n):
+        for j in range(i, n):
+            span = [name for name in ups if i <= int(name.split(".")[3]) <= j]
+            saved = {name: ups[name].detach().clone() for name in span}
+            try:
+                with torch.no_grad():
+                    for name in span:
+                        ups[name].zero_()
+                scores[i, j] = score(model)
+            finally:
+                with torch.no_grad():
+                    for name in span:
+                        ups[name].copy_(saved[name])
+    return scores
+
+
+def ablate_restoring_on_exception(model, score):
+    """Restores in `except Exception:` (and after each span): a Ctrl-C is not an Exception."""
+    n, scores = len(encoder_layers(model)), {}
+    for i in range(n):
+        for j in range(i, n):
+            set_adapters_enabled(model, False, layers=list(range(i, j + 1)))
+            try:
+                scores[i, j] = score(model)
+            except Exception:
+                set_adapters_enabled(model, True)
+                raise
+            set_adapters_enabled(model, True)
+    return scores
+
+
+@pytest.mark.parametrize(
+    "answer, words",
+    [
+        (ablate_ending_in_training_mode, ("leaves the model in training mode", "came in evaluation mode")),
+        (ablate_zeroing_w_up, ("zeroing W_up", "b_up still adds", "set_adapters_enabled")),
+        (ablate_restoring_on_exception, ("interrupted", "KeyboardInterrupt", "finally:")),
+    ],
+    ids=lambda value: getattr(value, "__name__", None) if callable(value) else None,
+)
+def test_span_ablation_probes_both_modes_non_zero_biases_and_ctrl_c(answer, words):
+    _fails(ct.check_span_ablation, answer, words=words)
 
 
 def test_span_ablation_reports_a_stub_as_missing():

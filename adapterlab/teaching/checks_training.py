@@ -410,7 +410,10 @@ def _matthews_cases():
         ("an inverted predictor", labels, 1 - labels),
         ("labels of one class only (no 0 at all)", np.ones(12, dtype=np.int64),
          (generator.random(12) < 0.5).astype(np.int64)),
+        ("labels of one class only (no 1 at all)", np.zeros(12, dtype=np.int64),
+         (generator.random(12) < 0.5).astype(np.int64)),
         ("perfect predictions of labels of one class only", np.ones(12, dtype=np.int64), np.ones(12, dtype=np.int64)),
+        ("perfect predictions of labels that are all 0", np.zeros(12, dtype=np.int64), np.zeros(12, dtype=np.int64)),
     ]
     return cases
 
@@ -500,7 +503,7 @@ def check_matthews(matthews_fn) -> None:
         raise CheckFailed(f"{call} returned {value:.4f}; the Matthews correlation is {expected:.4f}. "
                           + (problem or "Count TP, TN, FP and FN from the two arrays, then apply the formula."))
     report_passed("Your Matthews correlation matches the correlation of labels and predictions on 4 random label sets "
-            "and at CoLA's sizes (1,043 and 8,551), and gives 0 for a constant predictor and one-class labels, 1 when "
+            "and at CoLA's sizes (1,043 and 8,551), and gives 0 for a constant predictor and labels of either class alone, 1 when "
             "perfect, −1 when inverted.")
 
 
@@ -531,9 +534,10 @@ def _called_by_package_ablation() -> bool:
     return False
 
 
-def _score_fn(batch: torch.Tensor, fail_at: int | None = None, student: bool = False):
+def _score_fn(batch: torch.Tensor, fail_at: int | None = None, student: bool = False, stop=None):
     """A stand-in for an evaluation: a number that depends on which adapters are on (the logits' mean). With
-    ``student``, it refuses to be called from the package's own span_ablation."""
+    ``student``, it refuses to be called from the package's own span_ablation; with ``fail_at``, its call of that
+    number raises ``stop`` (an evaluation error unless told otherwise)."""
     calls = {"n": 0}
 
     def score(model) -> float:
@@ -543,7 +547,8 @@ def _score_fn(batch: torch.Tensor, fail_at: int | None = None, student: bool = F
             raise Forbidden(_PACKAGE_ABLATION)
         calls["n"] += 1
         if fail_at is not None and calls["n"] == fail_at:
-            raise _EvaluationFailed("the evaluation failed halfway through the loop (raised by the check on purpose)")
+            raise (stop or _EvaluationFailed)("the evaluation stopped halfway through the loop (raised by the check "
+                                              "on purpose)")
         with torch.no_grad():
             return float(model(input_ids=batch).logits.mean(dim=0) @ torch.tensor([1.0, -0.5]))
 
@@ -562,6 +567,25 @@ def _variant_scores(model, score, spans_off, restore: bool) -> dict:
             out[i, j] = score(twin)
             if restore:
                 set_adapters_enabled(twin, True)
+    return out
+
+
+def _zeroed_up_scores(model, score) -> dict:
+    """Scores of the loop that "switches off" span (i, j) by zeroing the W_up of its layers' adapters."""
+    twin = copy.deepcopy(model)
+    ups = [(int(name.split(".")[3]), parameter) for name, parameter in twin.named_parameters()
+           if name.endswith(".adapter.up.weight")]
+    saved = [parameter.detach().clone() for _, parameter in ups]
+    out = {}
+    with torch.no_grad():
+        for i in range(ABLATION_LAYERS):
+            for j in range(i, ABLATION_LAYERS):
+                for layer, parameter in ups:
+                    if i <= layer <= j:
+                        parameter.zero_()
+                out[i, j] = score(twin)
+                for (_, parameter), weight in zip(ups, saved):
+                    parameter.copy_(weight)
     return out
 
 
@@ -610,6 +634,10 @@ def _ablation_mistake(model, score, values: dict, expected: dict, left_off: list
     every_layer = list(range(ABLATION_LAYERS))
     if same(_variant_scores(model, score, lambda i, j: every_layer, restore=True)):
         return "Every span scored like the model with all adapters off: switch off only the layers i..j of the span."
+    if same(_zeroed_up_scores(model, score)):
+        return ("You switched adapters off by zeroing W_up, but b_up still adds its constant to every token, so the "
+                "adapter is not off (a trained adapter's b_up is not zero). Switch adapters off with "
+                "set_adapters_enabled(model, False, layers=...), which skips them whole.")
     if any(same(_variant_scores(model, score, lambda i, j: list(range(i, j)), restore)) for restore in (True, False)):
         return ("Your spans stop one layer short: the span (i, j) includes layer j, so switch off range(i, j + 1); "
                 "the span (i, i) switches off layer i.")
@@ -621,30 +649,67 @@ def _ablation_mistake(model, score, values: dict, expected: dict, left_off: list
             f"off (and all others on) the model scores {expected[worst]:.5f}.")
 
 
+def _ablation_model():
+    """BERT-base's depth with big adapters whose biases are non-zero too: each span's score shows, and an adapter
+    "switched off" by zeroing W_up alone still adds b_up, as a trained adapter would."""
+    model = _tiny_classifier(seed=8, layers=ABLATION_LAYERS, init_scale=0.3)
+    generator = torch.Generator().manual_seed(81)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if ".adapter." in name and name.endswith(".bias"):
+                parameter.copy_(0.3 * torch.randn(parameter.shape, generator=generator))
+    return model
+
+
+class _Interrupted(KeyboardInterrupt):
+    """The check's own Ctrl-C, raised by its score function on purpose."""
+
+
+#: How the check's score function stops the loop halfway: an error, and a Ctrl-C (not an Exception).
+_STOPS = {
+    _EvaluationFailed: "When score(model) raised an error halfway: ",
+    _Interrupted: ("When score(model) was interrupted halfway (Ctrl-C raises KeyboardInterrupt, which is not an "
+                   "Exception, so `except Exception:` does not catch it): "),
+}
+
+
 @plain_errors
 def check_span_ablation(ablate_fn) -> None:
     """Check ``ablate_fn(model, score) -> {(i, j): score}`` (lab 8) against :func:`adapterlab.ablation.span_ablation`.
 
     For every span 0 ≤ i ≤ j < L the adapters of layers i..j (inclusive) are switched off, ``score(model)``
     is taken, and they are switched back on; afterwards the model must be exactly as it came in (every
-    adapter on, every tensor and output bit-identical, training mode, requires_grad flags, hooks and grad mode
-    as they were), even when ``score`` raises halfway. The model has BERT-base's 12 layers (78 spans) and comes
-    in training mode, as it is right after training.
+    adapter on, every tensor and output bit-identical, each module's mode, requires_grad flags, hooks and grad
+    mode as they were), even when ``score`` raises halfway, an error or a Ctrl-C. The model has BERT-base's 12
+    layers (78 spans), adapters with non-zero biases, and comes in training mode (as right after training),
+    then in evaluation mode, so that a loop that ends in either mode whatever it was given shows.
     """
     name = getattr(ablate_fn, "__name__", "ablate")
-    model = _tiny_classifier(seed=8, layers=ABLATION_LAYERS, init_scale=0.3).train()  # big adapters: each span shows
-    pristine = copy.deepcopy(model)
-    state = _model_state(model)
     batch = _token_batch(80, 5)
-    score = _score_fn(batch, student=True)
-    with torch.no_grad():
-        outputs = model(input_ids=batch).logits
+    base = _ablation_model()
     reference_score = _score_fn(batch)
-    reference = span_ablation(copy.deepcopy(model), None, metric="score", progress=False,
+    reference = span_ablation(copy.deepcopy(base), None, metric="score", progress=False,
                               evaluate=lambda m, data, batch_size, device: {"score": reference_score(m)})
     expected = {(i, j): float(reference.scores[i, j]) for i in range(ABLATION_LAYERS)
                 for j in range(i, ABLATION_LAYERS)}
+    for training in (True, False):
+        _check_one_ablation(name, ablate_fn, copy.deepcopy(base).train(training), batch, expected)
+    for stop, when in _STOPS.items():
+        _check_stopped_ablation(name, ablate_fn, copy.deepcopy(base).train(), batch, stop, when)
+    report_passed(
+        f"Your span ablation matches adapterlab.ablation on all {len(expected)} spans of a "
+        f"{ABLATION_LAYERS}-layer model, and leaves the model as it came (tensors, outputs, modes, flags, hooks), in "
+        "training mode and in evaluation mode, even when the evaluation fails or is interrupted."
+    )
 
+
+def _check_one_ablation(name: str, ablate_fn, model, batch, expected: dict) -> None:
+    """One full run: the scores, then everything the loop must give back."""
+    pristine = copy.deepcopy(model)
+    state = _model_state(model)
+    score = _score_fn(batch, student=True)
+    with torch.no_grad():
+        outputs = model(input_ids=batch).logits
     try:
         got = call_answer(f"{name}(model, score)", ablate_fn, model, score)
     finally:
@@ -674,33 +739,30 @@ def check_span_ablation(ablate_fn) -> None:
         raise CheckFailed("After your loop the model's weights or outputs differ from before: switch adapters off "
                           "and on with set_adapters_enabled; do not change or remove any tensor.")
 
-    failing = copy.deepcopy(pristine)
+
+def _check_stopped_ablation(name: str, ablate_fn, model, batch, stop, when: str) -> None:
+    """A run whose score raises ``stop`` at its third call: the loop must let it through and restore everything."""
+    state = _model_state(model)
     try:
-        call_answer(f"{name}(model, score)", ablate_fn, failing, _score_fn(batch, fail_at=3, student=True))
+        call_answer(f"{name}(model, score)", ablate_fn, model, _score_fn(batch, fail_at=3, student=True, stop=stop))
+    except _Interrupted:
+        pass
     except CheckFailed as error:
         if not isinstance(error.__cause__, _EvaluationFailed):
             raise
     else:
-        raise CheckFailed(f"When score(model) raised an error, {name} carried on as if nothing had happened; let "
-                          "the error reach the caller (try/finally, without except).")
+        raise CheckFailed(f"{when}{name} carried on as if nothing had happened; let the error reach the caller "
+                          "(try/finally, without except).")
     finally:
         grad_after = torch.is_grad_enabled()
         torch.set_grad_enabled(state["grad"])
-    still_off = sorted(set(range(ABLATION_LAYERS)) - set(enabled_layers(failing)))
+    still_off = sorted(set(range(ABLATION_LAYERS)) - set(enabled_layers(model)))
     if still_off:
-        raise CheckFailed(
-            f"When score(model) raised an error halfway, your loop left the adapters of layers {still_off} "
-            "switched off. Switch them back on in a `finally:` block, which runs whatever happens."
-        )
-    changed = _state_change(state, dict(_model_state(failing), grad=grad_after),
-                            when="When score(model) raised an error halfway: ")
+        raise CheckFailed(f"{when}your loop left the adapters of layers {still_off} switched off. Switch them back on "
+                          "in a `finally:` block, which runs whatever happens.")
+    changed = _state_change(state, dict(_model_state(model), grad=grad_after), when=when)
     if changed:
         raise CheckFailed(changed)
-    report_passed(
-        f"Your span ablation matches adapterlab.ablation on all {len(expected)} spans of a "
-        f"{ABLATION_LAYERS}-layer model, and leaves the model as it came (tensors, outputs, modes, flags, hooks), even "
-        "when the evaluation fails."
-    )
 
 
 # --------------------------------------------------------------------------------------------------
