@@ -747,6 +747,45 @@ def serve_one_by_one(model, adapter_sets, requests):
     return outputs
 
 
+def serve_on_a_copy_per_task(model, adapter_sets, requests):
+    """Right answers, but every task gets its own deep copy of the whole backbone."""
+    outputs = [None] * len(requests)
+    for task, indices in _groups(requests).items():
+        own = copy.deepcopy(model)
+        load_adapter_set(own, adapter_sets[task])
+        for k, row in zip(indices, _run(own, requests, indices)):
+            outputs[k] = row
+    return outputs
+
+
+def serve_in_training_mode(model, adapter_sets, requests):
+    model.train()  # "the model should be ready", but dropout is on now
+    return serve(model, adapter_sets, requests)
+
+
+def serve_keeping_the_graph(model, adapter_sets, requests):
+    outputs = [None] * len(requests)
+    for task, indices in _groups(requests).items():
+        load_adapter_set(model, adapter_sets[task])
+        logits = model(input_ids=torch.stack([requests[k][1] for k in indices])).logits
+        for k, row in zip(indices, logits):
+            outputs[k] = row
+    return outputs
+
+
+@pytest.mark.parametrize(
+    "answer, words",
+    [
+        (serve_on_a_copy_per_task, ("copy of the model", "one shared backbone")),
+        (serve_in_training_mode, ("training mode", "dropout")),
+        (serve_keeping_the_graph, ("autograd graph", "torch.inference_mode()")),
+    ],
+    ids=lambda value: getattr(value, "__name__", None) if callable(value) else None,
+)
+def test_serving_sees_copies_training_mode_and_a_kept_graph(answer, words):
+    _fails(ct.check_serving, answer, words=words)
+
+
 def test_serving_accepts_the_grouped_server(capsys):
     ct.check_serving(serve)
     assert capsys.readouterr().out.startswith("✔")

@@ -776,7 +776,7 @@ SERVING_ORDER = ("grammar", "sentiment", "grammar", "topic", "sentiment", "senti
 
 def _serving_case(directory: Path):
     """A tiny model, three saved adapter sets (random, so that each task answers differently) and requests."""
-    base = _tiny_classifier(seed=9, layers=3)
+    base = _tiny_classifier(seed=9, layers=3, dropout=0.1)  # in evaluation mode, as served; dropout there to show
     sets = {}
     with torch.random.fork_rng():
         torch.manual_seed(90)
@@ -843,10 +843,12 @@ def check_serving(serve_fn) -> None:
         with _files_opened() as log:
             load_adapter_set(copy.deepcopy(base), sets["grammar"])
         per_load = max(1, _loads(log, sets))
-        passes = {"n": 0, "rows": 0}
+        passes = {"n": 0, "rows": 0, "copies": 0, "training": 0}
 
         def count(module, args, kwargs):
             passes["n"] += 1
+            passes["copies"] += module is not server  # a copy of the model carries this hook along
+            passes["training"] += module.training
             ids = kwargs.get("input_ids", args[0] if args else None)
             passes["rows"] += int(ids.shape[0]) if isinstance(ids, torch.Tensor) and ids.ndim == 2 else 1
 
@@ -857,6 +859,23 @@ def check_serving(serve_fn) -> None:
         finally:
             counter.remove()
         loads = _loads(log, sets) // per_load
+    if passes["copies"]:
+        raise CheckFailed(
+            f"{passes['copies']} of your forward passes ran on a copy of the model (copy.deepcopy per task?): every "
+            "copy holds the whole backbone again (110 M parameters for BERT-base, per task), where the point is one "
+            "shared backbone. Load each task's adapter set into the model you are given and run its group there."
+        )
+    if passes["training"]:
+        raise CheckFailed(
+            f"{passes['training']} of your forward passes ran in training mode (model.train()), so dropout changed "
+            "the answers at random. The model comes in evaluation mode: serve in it, and leave the mode alone."
+        )
+    if _holds_graph(got):
+        raise CheckFailed(
+            "Your logits still hold their autograd graph: serving needs no gradients, and the graph keeps every "
+            "activation of the batch in memory. Run each forward pass under torch.inference_mode() (or "
+            "torch.no_grad())."
+        )
     rows = _rows(got, len(requests))
     if rows is None:
         raise CheckFailed(f"{name} must return one row of logits per request ({len(requests)} rows of 2 numbers), "
@@ -885,6 +904,12 @@ def check_serving(serve_fn) -> None:
         )
         return
     raise CheckFailed(_serving_mistake(rows, requests, reference))
+
+
+def _holds_graph(got) -> bool:
+    """Whether a tensor, or a list of them, still records autograd history."""
+    tensors = [got] if isinstance(got, torch.Tensor) else list(got) if isinstance(got, (list, tuple)) else []
+    return any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
 
 
 def _rows(got, count: int):
