@@ -216,6 +216,21 @@ def test_student_notebook_clears_every_output_that_gives_the_answer_away():
     assert copy_.cells[7].source == original.cells[7].source
 
 
+def test_a_later_cell_that_runs_the_instructor_s_answer_loses_its_output():
+    nb = nbformat.v4.new_notebook()
+    exercise = nbformat.v4.new_code_cell(EXERCISE)
+    nb.cells = [
+        exercise,
+        code_cell("print('double(21) is 42:', double(21) == 42)", "double(21) is 42: True\n"),
+        code_cell("%time print(double(1))", "2\n"),
+        code_cell("doubled = 'double'  # only the word\nprint(doubled)", "double\n"),
+    ]
+    copied = student_notebook(copy.deepcopy(nb))
+    assert copied.cells[1].outputs == [] and copied.cells[1].execution_count is None
+    assert copied.cells[2].outputs == []
+    assert copied.cells[3].outputs == nb.cells[3].outputs
+
+
 # --------------------------------------------------------------------------------------------------
 # Writing copies: refusals, broken input, atomic writes, a student's own edits
 # --------------------------------------------------------------------------------------------------

@@ -20,10 +20,12 @@ line ("The answer is missing …") instead of a traceback, and the cell imports 
 
 An answer can also leak through an output, so the copy clears the outputs of the exercise cells,
 of every cell that calls a self-check (its ✔ line prints the right result), of every cell tagged
-`answer`, and of every code cell between a prediction's question and its lesson (the result that
+`answer`, of every later cell that uses what an exercise defines (its output is the instructor's
+solution at work), and of every code cell between a prediction's question and its lesson (the result that
 reveals the answer), whatever its tags; the lesson itself is folded in the lab (a `<details>` block
 whose summary is "What this teaches"), so it stays closed until the student opens it; a prediction cell gets its empty answer
-back. Speaker notes (markdown cells of slide type `notes`, which name the answers) are left out, and a
+back and loses the phrases that state its answer (`ANSWER_PHRASES` in the question's metadata, which a
+student can open). Speaker notes (markdown cells of slide type `notes`, which name the answers) are left out, and a
 widget's saved output, which shows only its text form before the cell runs, becomes a one-line hint.
 Every other cell, its outputs and all metadata stay as they are, so students see the same lab their
 instructor ran.
@@ -69,6 +71,9 @@ WIDGET = "application/vnd.jupyter.widget-view+json"
 WIDGET_HINT = "(run this cell to show the interactive panel)"
 #: The line a student copy puts above the stubs of an exercise cell.
 STUB_IMPORT = "from adapterlab.student import AnswerMissing  # the stubs below raise it until you write your answer"
+#: A prediction question's metadata, ``{"adapterlab": {"answer_phrases": [...]}}``: the phrases that state its
+#: answer, which no cell before the question may contain (tests/test_predictions.py).
+ANSWER_PHRASES = ("adapterlab", "answer_phrases")
 #: Where the copies remember what they last wrote, to tell a student's edits from an older build.
 RECORD = ".student-copies.json"
 
@@ -179,22 +184,55 @@ def calls_check(source: str) -> bool:
     does not count; a cell that is still not Python is searched as text, which errs on the side of
     clearing its output.
     """
+    tree = _python(source)
+    if tree is None:
+        return bool(CHECK_CALL_TEXT.search(source))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and _called_name(node.func).startswith("check_"):
+            return True
+        code = _magic_code(node)
+        if code is not None and calls_check(code):
+            return True
+    return False
+
+
+def _magic_code(node: ast.AST) -> str | None:
+    """The code a `%magic` or `%%magic` line runs: IPython's rewriting hands it over as a string."""
+    if isinstance(node, ast.Call) and _called_name(node.func) in ("run_line_magic", "run_cell_magic") and node.args:
+        code = node.args[-1]
+        if isinstance(code, ast.Constant) and isinstance(code.value, str):
+            return code.value
+    return None
+
+
+def _python(source: str) -> ast.Module | None:
+    """A cell as Python, after IPython turns `%magic` and `!shell` lines into calls; None when it is not Python."""
     from IPython.core.inputtransformer2 import TransformerManager
 
     try:
-        tree = ast.parse(TransformerManager().transform_cell(source))
+        return ast.parse(TransformerManager().transform_cell(source))
     except SyntaxError:
-        return bool(CHECK_CALL_TEXT.search(source))
+        return None
+
+
+def defined_names(source: str) -> set[str]:
+    """The functions and classes a cell defines at its top level (an exercise's answers)."""
+    tree = _python(source)
+    kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    return {node.name for node in tree.body if isinstance(node, kinds)} if tree else set()
+
+
+def uses_any(source: str, names: set[str]) -> bool:
+    """Whether a cell reads one of `names`; a cell that is not Python is searched as text."""
+    tree = _python(source)
+    if tree is None:
+        return any(re.search(rf"\b{re.escape(name)}\b", source) for name in names)
     for node in ast.walk(tree):
-        if not isinstance(node, ast.Call):
-            continue
-        name = _called_name(node.func)
-        if name.startswith("check_"):
+        if isinstance(node, ast.Name) and node.id in names:
             return True
-        code = node.args[-1] if node.args else None
-        if name in ("run_line_magic", "run_cell_magic") and isinstance(code, ast.Constant) and isinstance(code.value, str):
-            if calls_check(code.value):
-                return True
+        code = _magic_code(node)
+        if code is not None and uses_any(code, names):
+            return True
     return False
 
 
@@ -245,6 +283,15 @@ def _quiet_widgets(cell) -> None:
             data["text/plain"] = WIDGET_HINT
 
 
+def _drop_answer_phrases(cell) -> None:
+    """A question's answer phrases stay in the instructor's lab: a student can open a cell's metadata."""
+    ours = cell.metadata.get(ANSWER_PHRASES[0])
+    if isinstance(ours, dict):
+        ours.pop(ANSWER_PHRASES[1], None)
+        if not ours:
+            del cell.metadata[ANSWER_PHRASES[0]]
+
+
 def _stub_cell(source: str, where: str) -> str:
     """An exercise cell's student version: AnswerMissing imported at the top, a stub in each solution."""
     return f"{STUB_IMPORT}\n{stub_solutions(source, where=where, error='AnswerMissing')}"
@@ -254,17 +301,21 @@ def student_notebook(nb, name: str = "notebook"):
     """The student version of `nb` (changed in place and returned): stubs in, give-away outputs and
     speaker notes out."""
     hidden = before_reveal(nb.cells)
+    answers: set[str] = set()  # what the exercises so far define: the instructor's solutions
     for index, cell in enumerate(nb.cells):
+        _drop_answer_phrases(cell)
         if cell.cell_type != "code":
             continue
         where = f"{name}, cell {index}"
         stub_solutions(cell.source, where=where)  # rejects a stray END in any cell
         exercise, prediction = is_exercise(cell), "prediction" in _tags(cell)
+        uses_answer = bool(answers) and uses_any(cell.source, answers)
         if exercise:
+            answers |= defined_names(cell.source)
             cell.source = _stub_cell(cell.source, where)
         if prediction:
             cell.source = PREDICTION_ANSWER.sub(r'\g<left>""', cell.source)
-        if exercise or prediction or index in hidden or "answer" in _tags(cell) or calls_check(cell.source):
+        if exercise or prediction or uses_answer or index in hidden or "answer" in _tags(cell) or calls_check(cell.source):
             cell.outputs = []
             cell.execution_count = None
         _quiet_widgets(cell)
