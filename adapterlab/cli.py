@@ -713,12 +713,13 @@ def export_command(args) -> int:
                          overwrite=args.overwrite)
     except (InteropError, RunFolderError) as error:
         raise CommandError(str(error), USAGE) from None
-    load = ("adapters.init(model); model.load_adapter(DIR, use_safetensors=True, set_active=True)"
-            if args.to == "adapterhub" else "PeftModel.from_pretrained(base, DIR)")
-    print(f"wrote {out}: load it with {load}, DIR = {out}")
-    if (out / "trained_backbone.safetensors").is_file():
-        print("then load the trained LayerNorms / pooler: model.load_state_dict(safetensors.torch.load_file("
-              f"'{out}/trained_backbone.safetensors'), strict=False)")
+    if args.to == "adapterhub":
+        from .interop.adapterhub import load_lines
+
+        print(f"wrote {out}: load it in AdapterHub with (also in its README.md):")
+        print("\n".join(f"    {line}" for line in load_lines(out, str(out))))
+    else:
+        print(f"wrote {out}: load it with PeftModel.from_pretrained(base, '{out}')")
     return OK
 
 

@@ -9,8 +9,9 @@ transformers), does one job and writes its tensors to the job's "out" file (safe
 * ``load``       — load a folder with the library's public API (``adapters.init``, ``model.load_adapter(DIR,
   use_safetensors=True, set_active=True)``; the trained backbone tensors beside it with ``load_state_dict``)
   and give the logits of the given batch;
-* ``save``       — add one of the library's presets to the base model, draw random non-zero weights for it and
-  a random classifier, ``save_adapter(DIR, name, with_head=True, use_safetensors=True)``, give the logits;
+* ``save``       — add one of the library's presets to the base model (and one of its flexible heads), draw
+  random non-zero weights for it and the head, ``save_adapter(DIR, name, with_head=True, use_safetensors=True)``
+  (or ``save_adapter_setup``, or a ``.bin``), give the logits;
 * ``equivalent`` — build a preset, copy adapterlab's adapter weights in by name, give the last hidden states
   (the computation alone, without any export).
 """
@@ -42,7 +43,8 @@ def _model(job, heads: bool = True):
 
 
 def load(job):
-    model = _model(job)
+    """``flexible``: into an AutoAdapterModel, which loads a flexible head saved with the adapter by itself."""
+    model = adapters.AutoAdapterModel.from_pretrained(job["base"]).eval() if job.get("flexible") else _model(job)
     name = model.load_adapter(job["folder"], use_safetensors=True, set_active=True)
     if job.get("backbone_tensors"):
         result = model.load_state_dict(safetensors.torch.load_file(job["backbone_tensors"]), strict=False)
@@ -53,15 +55,26 @@ def load(job):
 
 
 def save(job):
-    model = _model(job)
+    """A preset on the base model with the library's static head, or with one of its flexible heads (``head``: the
+    settings of ``add_classification_head`` on an AutoAdapterModel); saved by ``save_adapter`` (``setup``:
+    ``save_adapter_setup``), as safetensors unless ``use_safetensors`` is false."""
+    head = job.get("head")
+    model = adapters.AutoAdapterModel.from_pretrained(job["base"]).eval() if head is not None else _model(job)
     model.add_adapter(job["name"], config=PRESETS[job["preset"]](**job["settings"]), set_active=True)
+    if head is not None:
+        model.add_classification_head(job["name"], **head)
+    model.eval()  # the modules just added start in training mode (dropout on)
     generator = torch.Generator().manual_seed(job["seed"])
     with torch.no_grad():
         for name, parameter in model.named_parameters():
             if f".{job['name']}." in name or name.startswith("classifier."):
                 parameter.copy_(torch.randn(parameter.shape, generator=generator) * job["scale"])
         logits = model(**_batch(job)).logits
-    model.save_adapter(job["folder"], job["name"], with_head=True, use_safetensors=True)
+    safe = job.get("use_safetensors", True)
+    if job.get("setup"):
+        model.save_adapter_setup(job["folder"], job["name"], head_setup=job["name"], use_safetensors=safe)
+    else:
+        model.save_adapter(job["folder"], job["name"], with_head=True, use_safetensors=safe)
     return {"logits": logits}, {}
 
 

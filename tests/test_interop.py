@@ -143,8 +143,10 @@ def test_an_exported_adapter_set_loads_in_adapterhub_with_the_same_logits(case, 
     run, ours = _our_set(tmp_path, **settings)
     out = export_set(run, "adapterhub", tmp_path / "hub", backbone_tensors=bool(trained_backbone))
     assert folder_kind(out) == "adapterhub" and not list(out.glob("*.bin"))
-    job = {"job": "load", "base": str(base_folder), "folder": str(out), "batch": _batch_file(tmp_path)}
-    if trained_backbone:
+    # a trained pooler goes as AdapterHub's classification head, which an AutoAdapterModel loads with the adapter
+    job = {"job": "load", "base": str(base_folder), "folder": str(out), "batch": _batch_file(tmp_path),
+           "flexible": bool(settings.get("train_pooler"))}
+    if settings.get("train_layernorm"):
         job["backbone_tensors"] = str(out / "trained_backbone.safetensors")
     tensors, info = adapterhub(job, tmp_path)
     assert info["name"] == "sst2"
@@ -156,7 +158,7 @@ def test_an_exported_adapter_set_loads_in_adapterhub_with_the_same_logits(case, 
 
 def test_a_set_with_trained_layernorms_is_refused_without_the_flag_that_ships_them(tmp_path):
     run, _ = _our_set(tmp_path, "pfeiffer", bottleneck=4, train_layernorm=True)
-    with pytest.raises(InteropError, match="LayerNorms.*--backbone-tensors.*train_layernorm=False"):
+    with pytest.raises(InteropError, match="LayerNorms.*--backbone-tensors.*--no-train-layernorm"):
         export_set(run, "adapterhub", tmp_path / "hub")
     assert not (tmp_path / "hub").exists()
 
@@ -195,7 +197,6 @@ def test_an_adapter_saved_by_adapterhub_imports_with_the_same_logits(case, tmp_p
 @pytest.mark.parametrize(("settings", "message"), [
     ({"original_ln_before": False}, "reads the FFN's own output, not the output of its Add & Norm"),
     ({"ln_after": True}, "ln_after"),
-    ({"scaling": "learned"}, "trained scale"),
     ({"non_linearity": "gelu_new"}, "nonlinearity 'gelu_new'"),
 ])
 def test_an_adapterhub_adapter_no_placement_computes_is_refused(settings, message, tmp_path, base_folder, adapterhub):

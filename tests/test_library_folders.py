@@ -15,7 +15,7 @@ from adapterlab.backbones import TINY, load_backbone
 from adapterlab.checkpoints import save_adapter_set
 from adapterlab.interop.convert import InteropError, export_set, import_set
 from adapterlab.placement import apply_method
-from test_interop import TOLERANCE, _batch, _evaluate_imported, _tiny
+from test_interop import TOLERANCE, _batch, _batch_file, _evaluate_imported, _tiny, adapterhub, base_folder  # noqa: F401 (fixtures)
 
 peft = pytest.importorskip("peft", reason="PEFT is not installed here (it is in the test extras: pip install -e .[test])")
 
@@ -186,3 +186,95 @@ def test_an_ia3_set_exports_to_peft_with_the_same_logits(tmp_path):
     assert (_logits(loaded) - _logits(model)).abs().max().item() <= TOLERANCE
     back, _ = import_set(out, tmp_path / "back")
     assert (_evaluate_imported(back) - _logits(model)).abs().max().item() <= TOLERANCE
+
+
+# --------------------------------------------------------------------------------------------------
+# AdapterHub: its presets, heads and save methods
+# --------------------------------------------------------------------------------------------------
+
+def _hub_saved(adapterhub, tmp_path, base_folder, preset: str, settings: dict, **job):
+    """An adapter saved by AdapterHub's own save method, and the library's logits: (folder, logits)."""
+    folder = tmp_path / "saved"
+    tensors, _ = adapterhub({"job": "save", "base": str(base_folder), "folder": str(folder), "preset": preset,
+                             "settings": settings, "name": "sst2", "seed": 5, "scale": 0.2,
+                             "batch": _batch_file(tmp_path), **job}, tmp_path)
+    return folder, tensors["logits"]
+
+
+DEFAULT_HEAD = {"num_labels": 2}  # add_classification_head's defaults: layers=2, tanh, the first token
+HUB_EQUAL = {
+    "DoubleSeqBn, residual_before_ln=False": ("DoubleSeqBnConfig", {"reduction_factor": 8,
+                                                                     "residual_before_ln": False}, {}),
+    "SeqBn scaled by a number": ("SeqBnConfig", {"reduction_factor": 4, "scaling": 0.5}, {}),
+    "SeqBn, learned scaling": ("SeqBnConfig", {"reduction_factor": 4, "scaling": "learned"}, {}),
+    "SeqBn, a scale per channel": ("SeqBnConfig", {"reduction_factor": 4, "scaling": "channel"}, {}),
+    "ParBn, learned scaling": ("ParBnConfig", {"reduction_factor": 4, "scaling": "learned"}, {}),
+    "SeqBn with dropout": ("SeqBnConfig", {"reduction_factor": 4, "dropout": 0.1}, {}),
+    "the default classification head": ("SeqBnConfig", {"reduction_factor": 4}, {"head": DEFAULT_HEAD}),
+    "a one-layer head on the pooler": ("DoubleSeqBnConfig", {"reduction_factor": 4},
+                                       {"head": {"num_labels": 2, "layers": 1, "use_pooler": True}}),
+    "save_adapter_setup's top folder": ("ParBnConfig", {"reduction_factor": 4}, {"head": DEFAULT_HEAD, "setup": True}),
+    "pytorch_adapter.bin": ("SeqBnConfig", {"reduction_factor": 4}, {"use_safetensors": False}),
+    "LoRA with dropout": ("LoRAConfig", {"r": 4, "alpha": 8, "attn_matrices": ["q", "v"], "dropout": 0.1}, {}),
+}
+
+
+@pytest.mark.parametrize("case", list(HUB_EQUAL))
+def test_an_adapterhub_folder_that_is_an_adapterlab_set_imports_with_the_same_logits(case, tmp_path, base_folder,
+                                                                                     adapterhub):
+    preset, settings, job = HUB_EQUAL[case]
+    folder, theirs = _hub_saved(adapterhub, tmp_path, base_folder, preset, settings, **job)
+    summary = _imports_equal(folder, theirs, tmp_path)
+    if "dropout" in settings:
+        assert "training only" in summary["notes"][0]
+
+
+HUB_REFUSED = {
+    "SeqBn, residual after the Add & Norm": ("SeqBnConfig", {"reduction_factor": 4, "residual_before_ln": False},
+                                             {}, "no adapterlab placement computes"),
+    "a three-layer head": ("SeqBnConfig", {"reduction_factor": 4}, {"head": {"num_labels": 2, "layers": 3}},
+                           "layers=3.*add_classification_head"),
+    "a ReLU head": ("SeqBnConfig", {"reduction_factor": 4},
+                    {"head": {"num_labels": 2, "activation_function": "relu"}}, "activation_function='relu'"),
+    "a head on the first token without the pooler": ("SeqBnConfig", {"reduction_factor": 4},
+                                                     {"head": {"num_labels": 2, "layers": 1}}, "use_pooler=False"),
+    "a bottleneck per layer": ("SeqBnConfig", {"reduction_factor": {"0": 4, "1": 8, "default": 4}}, {},
+                               "needs a weight transform"),
+}
+
+
+@pytest.mark.parametrize("case", list(HUB_REFUSED))
+def test_an_adapterhub_folder_no_adapterlab_set_computes_is_refused_saying_why(case, tmp_path, base_folder, adapterhub):
+    preset, settings, job, message = HUB_REFUSED[case]
+    folder, _ = _hub_saved(adapterhub, tmp_path, base_folder, preset, settings, **job)
+    with pytest.raises(InteropError, match=message):
+        import_set(folder, tmp_path / "imported", backbone=TINY, task="sst2")
+    assert not (tmp_path / "imported").exists()
+
+
+def test_a_set_with_a_trained_pooler_exports_as_adapterhub_s_classification_head(tmp_path, base_folder, adapterhub):
+    """AutoAdapterModel loads the pooler with the adapter; no extra step, so none to forget."""
+    model, _, info = _tiny()
+    apply_method(model, "pfeiffer", bottleneck=4, train_layernorm=False, train_pooler=True)
+    _noise(model)
+    run = save_adapter_set(model, tmp_path / "run", backbone=info, extra={"task": "sst2", "seed": 0})
+    out = export_set(run, "adapterhub", tmp_path / "hub")
+    assert not (out / "trained_backbone.safetensors").exists()
+    tensors, _ = adapterhub({"job": "load", "base": str(base_folder), "folder": str(out), "flexible": True,
+                             "batch": _batch_file(tmp_path)}, tmp_path)
+    assert (tensors["logits"] - _logits(model)).abs().max().item() <= TOLERANCE
+    assert "AutoAdapterModel" in (out / "README.md").read_text()
+
+
+def test_trained_layernorms_travel_with_a_loading_step_that_cannot_be_missed(tmp_path, capsys):
+    from adapterlab import cli
+
+    model, _, info = _tiny()
+    apply_method(model, "houlsby", bottleneck=4, train_layernorm=True)
+    _noise(model)
+    run = save_adapter_set(model, tmp_path / "run", backbone=info, extra={"task": "sst2", "seed": 0})
+    assert cli.main(["export", str(run), "--to", "adapterhub", "--out", str(tmp_path / "hub"),
+                     "--backbone-tensors"]) == 0
+    printed = capsys.readouterr().out
+    for text in (printed, (tmp_path / "hub" / "README.md").read_text()):
+        assert "REQUIRED" in text and "trained_backbone.safetensors" in text

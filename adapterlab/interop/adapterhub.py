@@ -20,12 +20,20 @@ on a ``BertForSequenceClassification``; ``use_safetensors=True`` is needed, with
   layers *without* adapters, ``non_linearity`` adapterlab's activation by transformers' name.
 * ``adapter.safetensors`` — ``bert.encoder.layer.{i}.{attention.output|output}.adapters.{name}.adapter_down.0``
   and ``.adapter_up`` (weight, bias; an adapter without biases gets zero biases, which compute the same).
-* ``head_config.json`` and ``model_head.safetensors`` — the classifier, as the library saves a static head.
-* ``trained_backbone.safetensors`` — only with ``--backbone-tensors``: the backbone's trained LayerNorms and
-  pooler, which no AdapterHub adapter holds (the library keeps LayerNorms frozen). Load them after the adapter:
-  ``model.load_state_dict(safetensors.torch.load_file(DIR + "/trained_backbone.safetensors"), strict=False)``
-  (their names are the model's own). A set that trained them is refused without the option: it would load
-  and compute something else.
+* ``head_config.json`` and ``model_head.safetensors`` — the classifier, as the library saves a static head; with a
+  trained pooler, AdapterHub's default classification head (``add_classification_head(name)``: dense and tanh on
+  the first token, then the classifier: exactly BERT's pooler and classifier), which ``AutoAdapterModel`` loads
+  with the adapter by itself.
+* ``trained_backbone.safetensors`` — only with ``--backbone-tensors``: the backbone's trained LayerNorms, which no
+  AdapterHub adapter holds (the library keeps LayerNorms frozen). Loading them is a step of its own, after the
+  adapter: the folder's README.md and ``adapterlab export`` print it, marked REQUIRED. A set that trained them is
+  refused without the option: it would load and compute something else.
+
+Import also takes what the library's users save: the flexible classification head (``layers=2``, tanh, or
+``layers=1, use_pooler=True``), ``scaling`` (a number, "learned" or "channel": folded into the up-projection;
+ParBn's number is the parallel scale), dropout (training only), ``DoubleSeqBnConfig(residual_before_ln=False)``
+(the same residual without an Add & Norm before the adapter), ``pytorch_adapter.bin`` / ``pytorch_model_head.bin``
+(read with torch's restricted unpickler) and the top folder of ``save_adapter_setup`` (its one adapter's subfolder).
 
 A LoRA set of the query and value projections goes as AdapterHub's LoRAConfig (``selfattn_lora``, ``attn_matrices``
 q and v, ``alpha``; ``version`` 1.3.0, for the library resets alpha to r when it reads a LoRA of a version below
@@ -47,8 +55,9 @@ from pathlib import Path
 import safetensors.torch
 import torch
 
-from .common import (BASE, HUB_NAMES, LAYER_NAME, InteropError, copy_into, hub_name, layer_tensors,
-                      split_backbone_tensors, write_json)
+from .common import (BASE, HUB_NAMES, LAYER_NAME, InteropError, copy_into, hub_name, layer_tensors, read_weights,
+                     split_backbone_tensors, write_json)
+from .peft import dropout_note
 
 LIBRARY_VERSION = "adapters.1.3.0"
 CONFIG_FILE = "adapter_config.json"
@@ -56,6 +65,11 @@ WEIGHTS_FILE = "adapter.safetensors"
 TORCH_WEIGHTS_FILE = "pytorch_adapter.bin"
 HEAD_CONFIG_FILE = "head_config.json"
 HEAD_FILE = "model_head.safetensors"
+TORCH_HEAD_FILE = "pytorch_model_head.bin"
+SETUP_FILE = "adapter_setup.json"
+RESAVE = "save it with model.save_adapter(DIR, NAME, with_head=True, use_safetensors=True)"
+STATIC_HEAD = {"classifier.weight", "classifier.bias"}
+FLEXIBLE_HEAD = {f"{BASE}.pooler.dense.weight", f"{BASE}.pooler.dense.bias"}
 BACKBONE_FILE = "trained_backbone.safetensors"
 #: Every field of AdapterHub's BnConfig at the value adapterlab's adapters compute (as adapters 1.3.0 writes it).
 BASE_CONFIG = {
@@ -133,15 +147,11 @@ def write_adapterhub(manifest: dict, tensors: dict[str, torch.Tensor], folder: P
         if config.placement not in PLACEMENT_FIELDS:
             raise InteropError(f"placement {config.placement!r} has no AdapterHub counterpart")
     classifier, layernorms, pooler = split_backbone_tensors(tensors)
-    extra_tensors = {**layernorms, **pooler}
-    if extra_tensors and not backbone_tensors:
-        trained = " and ".join(what for what, group in (("LayerNorms", layernorms), ("pooler", pooler)) if group)
+    if layernorms and not backbone_tensors:
         raise InteropError(
-            f"this set trained the backbone's {trained} ({len(extra_tensors)} tensors), which an AdapterHub adapter has "
-            "no place for (AdapterHub keeps LayerNorms frozen and the pooler is the backbone's): pass "
-            f"--backbone-tensors to write them beside the adapter in {BACKBONE_FILE} (load it after the adapter with "
-            "model.load_state_dict(safetensors.torch.load_file(...), strict=False)), or train with the LayerNorms frozen "
-            "(train_layernorm=False) and without --train-pooler")
+            f"this set trained the backbone's LayerNorms ({len(layernorms)} tensors), which an AdapterHub adapter has "
+            "no place for (AdapterHub keeps them frozen): pass --backbone-tensors to write them beside the adapter in "
+            f"{BACKBONE_FILE} (a step of its own when loading), or train with --no-train-layernorm")
     if method == "lora":
         hub_config, weights = _lora_weights(lora, tensors, name, n_layers)
     else:
@@ -152,11 +162,37 @@ def write_adapterhub(manifest: dict, tensors: dict[str, torch.Tensor], folder: P
     write_json(folder / CONFIG_FILE, {"config": hub_config, "name": name, **common})
     safetensors.torch.save_file(weights, str(folder / WEIGHTS_FILE))
     num_labels = manifest["backbone"]["num_labels"]
-    write_json(folder / HEAD_CONFIG_FILE, {"config": None, "name": None, "num_labels": num_labels,
-                                           "label2id": {f"LABEL_{i}": i for i in range(num_labels)}, **common})
-    safetensors.torch.save_file({k: v.contiguous() for k, v in classifier.items()}, str(folder / HEAD_FILE))
-    if extra_tensors:
-        safetensors.torch.save_file({k: v.contiguous() for k, v in extra_tensors.items()}, str(folder / BACKBONE_FILE))
+    labels = {f"LABEL_{i}": i for i in range(num_labels)}
+    if pooler:  # a trained pooler and the classifier are AdapterHub's default classification head
+        head_config = {"config": {"head_type": "classification", "num_labels": num_labels, "layers": 2,
+                                  "activation_function": "tanh", "use_pooler": False, "bias": True,
+                                  "dropout_prob": None, "label2id": labels},
+                       "name": name, **common, "model_class": "BertAdapterModel"}
+        head = {f"heads.{name}.1.{p}": pooler[f"{BASE}.pooler.dense.{p}"] for p in ("weight", "bias")}
+        head.update({f"heads.{name}.4.{p}": classifier[f"classifier.{p}"] for p in ("weight", "bias")})
+    else:
+        head_config = {"config": None, "name": None, "num_labels": num_labels, "label2id": labels, **common}
+        head = classifier
+    write_json(folder / HEAD_CONFIG_FILE, head_config)
+    safetensors.torch.save_file({k: v.contiguous() for k, v in head.items()}, str(folder / HEAD_FILE))
+    if layernorms:
+        safetensors.torch.save_file({k: v.contiguous() for k, v in layernorms.items()}, str(folder / BACKBONE_FILE))
+    (folder / "README.md").write_text("\n".join(["# Load this adapter (DIR: this folder)", "", "```python"]
+                                                + load_lines(folder, "DIR") + ["```", ""]), encoding="utf-8")
+
+
+def load_lines(folder: Path, where: str) -> list[str]:
+    """The Python that loads the exported ``folder`` (called ``where`` in the text) in AdapterHub, every step of it
+    (written into its README.md and printed by `adapterlab export`)."""
+    flexible = json.loads((folder / HEAD_CONFIG_FILE).read_text(encoding="utf-8")).get("config") is not None
+    model = ("model = adapters.AutoAdapterModel.from_pretrained(BASE)  # its classification head is the trained "
+             "pooler and the classifier" if flexible else
+             "model = transformers.BertForSequenceClassification.from_pretrained(BASE); adapters.init(model)")
+    lines = [model, f"model.load_adapter('{where}', use_safetensors=True, set_active=True)"]
+    if (folder / BACKBONE_FILE).is_file():
+        lines.append(f"model.load_state_dict(safetensors.torch.load_file('{where}/{BACKBONE_FILE}'), strict=False)"
+                     "  # REQUIRED: the trained LayerNorms; without this line the model computes something else")
+    return lines
 
 
 def _adapter_weights(config, tensors: dict, name: str, d: int, n_layers: int) -> tuple[dict, dict]:
@@ -230,26 +266,51 @@ def placement_of(config: dict, folder: Path) -> str:
         raise InteropError(f"{folder}: its adapter is a {config['architecture']} adapter; adapterlab imports "
                            "bottleneck adapters from AdapterHub (and LoRA from PEFT)")
     for field, value in (("ln_before", False), ("ln_after", False), ("use_gating", False), ("phm_layer", False),
-                         ("inv_adapter", None), ("original_ln_after", True), ("stochastic_depth", 0.0),
-                         ("dropout", 0.0)):
+                         ("inv_adapter", None), ("original_ln_after", True), ("stochastic_depth", 0.0)):
         if config.get(field, BASE_CONFIG[field]) != value:
             raise _refuse(folder, f"its config sets {field} = {config.get(field)!r} (adapterlab's adapters: {value!r})")
     scaling = config.get("scaling", 1.0)
-    if isinstance(scaling, str):
-        raise _refuse(folder, f"its scaling is {scaling!r}, a trained scale")
+    if not isinstance(scaling, (int, float)) and scaling not in ("learned", "channel"):
+        raise _refuse(folder, f"its scaling is {scaling!r}")
     found = {field: config.get(field, BASE_CONFIG[field]) for field in PLACEMENT_FIELDS["houlsby"]}
     for placement, fields in PLACEMENT_FIELDS.items():
-        relevant = {k: v for k, v in fields.items() if not (placement == "parallel" and k in
-                                                            ("original_ln_before", "residual_before_ln"))}
-        if all(found[k] == v for k, v in relevant.items()):
-            if placement != "parallel" and float(scaling) != 1.0:
-                raise _refuse(folder, f"its serial adapter is scaled by {scaling}")
+        # without the Add & Norm before the adapter, the residual is the adapter's input either way
+        ignored = ("original_ln_before", "residual_before_ln") if placement == "parallel" else (
+            () if fields["original_ln_before"] else ("residual_before_ln",))
+        if all(found[k] == v for k, v in fields.items() if k not in ignored) and found["residual_before_ln"] in (True, False):
             return placement
     if found["mh_adapter"] is False and found["original_ln_before"] is False and not found["is_parallel"]:
         raise _refuse(folder, "its adapter sits after the FFN only but reads the FFN's own output, not the output of its "
                               "Add & Norm (the FFN half of Houlsby's placement, not Pfeiffer's SeqBnConfig)")
     raise _refuse(folder, "its adapters sit where none of houlsby (DoubleSeqBn), pfeiffer (SeqBn) and parallel "
                           f"(ParBn) put them ({found})")
+
+
+def setup_adapter(folder: Path) -> Path:
+    """The adapter's own folder inside the top folder of ``save_adapter_setup`` (it holds adapter_setup.json and
+    one subfolder per adapter); ``folder`` itself when it is no such top folder."""
+    if not (folder / SETUP_FILE).is_file() or (folder / CONFIG_FILE).is_file():
+        return folder
+    try:
+        setup = json.loads((folder / SETUP_FILE).read_text(encoding="utf-8"))
+    except ValueError:
+        raise InteropError(f"{folder}: its {SETUP_FILE} is not JSON; the folder is damaged") from None
+    names = sorted({name for name in _names_in(setup.get("adapter_setup")) if (folder / name).is_dir()})
+    if len(names) != 1:
+        raise InteropError(f"{folder}: it is an AdapterHub setup of the adapters {names}: import one of them, "
+                           f"adapterlab import {folder / (names[0] if names else 'NAME')}")
+    return folder / names[0]
+
+
+def _names_in(setup) -> list[str]:
+    """Every adapter name in a saved composition block ({"type": ..., "children": [...]}, nested)."""
+    if isinstance(setup, str):
+        return [setup]
+    if isinstance(setup, dict):
+        return [name for child in setup.get("children", []) for name in _names_in(child)]
+    if isinstance(setup, list):
+        return [name for child in setup for name in _names_in(child)]
+    return []
 
 
 def read_adapterhub(folder: Path) -> dict:
@@ -272,22 +333,20 @@ def read_adapterhub(folder: Path) -> dict:
     if isinstance(factor, Mapping):
         values = set(factor.values())
         if len(values) != 1:
-            raise _refuse(folder, f"its bottleneck differs between layers ({factor})")
+            raise InteropError(f"{folder}: its bottleneck differs between layers ({factor}): it needs a weight "
+                               "transform (zero-padding to the largest) that adapterlab does not make")
         factor = values.pop()
     bottleneck = int(d // factor)  # as the library sizes it
-    if not (folder / WEIGHTS_FILE).is_file():
-        other = " (it holds pytorch_adapter.bin: save it again with use_safetensors=True)" if (
-            folder / TORCH_WEIGHTS_FILE).is_file() else ""
-        raise InteropError(f"{folder}: {WEIGHTS_FILE} is missing{other}; adapterlab reads safetensors only")
-    weights = safetensors.torch.load_file(str(folder / WEIGHTS_FILE))
-    head, layernorms, pooler, extra = _read_head(folder)
-    num_labels = head["classifier.weight"].shape[0]
+    weights = read_weights(folder, WEIGHTS_FILE, TORCH_WEIGHTS_FILE, RESAVE)
+    head, layernorms, pooler, num_labels = _read_head(folder)
     layer_weights = layer_tensors(weights)
     adapted = sorted(layer_weights)
     leave_out = set(config.get("leave_out") or [])
     if set(adapted) & leave_out or any(not k.startswith(f"{BASE}.encoder.layer.") for k in weights):
         raise InteropError(f"{folder}: {WEIGHTS_FILE} does not match its config (layers {adapted}, leave_out "
                            f"{sorted(leave_out)})")
+    scaling = config.get("scaling", 1.0)
+    parallel_scale = float(scaling) if placement == "parallel" and not isinstance(scaling, str) else 1.0
     renamed = {}
     for index in adapted:
         for position, _ in POSITIONS[placement]:
@@ -296,6 +355,11 @@ def read_adapterhub(folder: Path) -> dict:
                 if tensor is None:
                     raise InteropError(f"{folder}: {WEIGHTS_FILE} lacks {BASE}.encoder.layer.{index}.{theirs}")
                 renamed[f"{BASE}.encoder.layer.{index}.{ours}"] = tensor
+            learned = layer_weights[index].pop(f"{SITES[position]}.adapters.{name}.scaling", None)
+            if isinstance(scaling, str) and learned is None:
+                raise InteropError(f"{folder}: its scaling is {scaling!r} but layer {index} holds no scale")
+            _fold_scale(renamed, f"{BASE}.encoder.layer.{index}.{SITES[position]}.adapter.up",
+                        learned if learned is not None else float(scaling) / parallel_scale)
         if layer_weights[index]:
             raise _refuse(folder, f"layer {index} holds more than a {PRESET_NAMES[placement]} adapter: "
                                   f"{sorted(layer_weights[index])[:3]}")
@@ -310,14 +374,24 @@ def read_adapterhub(folder: Path) -> dict:
             raise InteropError(f"{folder}: its adapters sit in layers {adapted} of a model with other layers; "
                                "pass the --backbone it was trained on")
         settings = dict(bottleneck=bottleneck, activation=activation, layers=adapted,
-                        train_layernorm=bool(layernorms), train_pooler=bool(pooler))
+                        train_layernorm=bool(layernorms), train_pooler=pooler)
         if placement == "parallel":
-            settings["parallel_scale"] = float(config.get("scaling", 1.0))
+            settings["parallel_scale"] = parallel_scale
         add_adapters(model, placement, **settings)
-        copy_into(model, {**renamed, **head, **extra}, str(folder))
+        copy_into(model, {**renamed, **head}, str(folder))
 
     return {"method": placement, "base_model": hub.get("model_name") or "", "num_labels": num_labels, "name": name,
-            "apply": apply, "library": f"AdapterHub {PRESET_NAMES[placement]}", "hub_names": HUB_NAMES}
+            "apply": apply, "notes": dropout_note(config.get("dropout", 0.0), "dropout")}
+
+
+def _fold_scale(tensors: dict, up: str, scale) -> None:
+    """AdapterHub multiplies the up-projection's output by ``scaling`` (a number, one learned number or one per
+    channel): the same as an up-projection with its rows and bias scaled, which is exactly what is imported."""
+    if isinstance(scale, float) and scale == 1.0:
+        return
+    scale = torch.as_tensor(scale, dtype=tensors[f"{up}.weight"].dtype).flatten()
+    tensors[f"{up}.weight"] = tensors[f"{up}.weight"] * scale[:, None]
+    tensors[f"{up}.bias"] = tensors[f"{up}.bias"] * scale
 
 
 def _version_below(version: str, least: tuple[int, ...]) -> bool:
@@ -328,20 +402,58 @@ def _version_below(version: str, least: tuple[int, ...]) -> bool:
         return False
 
 
-def _read_head(folder: Path) -> tuple[dict, dict, dict, dict]:
-    """(classifier, trained LayerNorms, trained pooler, all of the backbone tensors beside) of an AdapterHub folder."""
-    if not (folder / HEAD_FILE).is_file():
-        raise InteropError(f"{folder}: it has no {HEAD_FILE}, so no classifier to evaluate: save the adapter with "
-                           "with_head=True (and use_safetensors=True)")
-    head = safetensors.torch.load_file(str(folder / HEAD_FILE))
-    if set(head) != {"classifier.weight", "classifier.bias"}:
+def _read_head(folder: Path) -> tuple[dict, dict, bool, int]:
+    """(the classifier, pooler and LayerNorm tensors to copy by the model's own names, the trained LayerNorms,
+    whether the pooler is trained, the label count) of an AdapterHub folder: its static head, or its flexible
+    classification head when that is a pooler and a classifier (module docstring)."""
+    if not (folder / HEAD_CONFIG_FILE).is_file():
+        raise InteropError(f"{folder}: it has no {HEAD_CONFIG_FILE}, so no classifier to evaluate: save the adapter "
+                           "with with_head=True")
+    head_config = json.loads((folder / HEAD_CONFIG_FILE).read_text(encoding="utf-8"))
+    weights = read_weights(folder, HEAD_FILE, TORCH_HEAD_FILE, RESAVE)
+    if head_config.get("config") is None:
+        head = weights
+    else:
+        head = _flexible_head(folder, head_config, weights)
+    if not {"classifier.weight", "classifier.bias"} <= set(head) or set(head) - STATIC_HEAD - FLEXIBLE_HEAD:
         raise InteropError(f"{folder}: its head holds {sorted(head)}; adapterlab reads the static head of a "
-                           "BertForSequenceClassification (classifier.weight, classifier.bias)")
+                           "BertForSequenceClassification (classifier.weight, classifier.bias) or a classification "
+                           "head of AdapterHub's")
     extra = safetensors.torch.load_file(str(folder / BACKBONE_FILE)) if (folder / BACKBONE_FILE).is_file() else {}
     _, layernorms, pooler = split_backbone_tensors(extra)
     if set(extra) - set(layernorms) - set(pooler):
         raise InteropError(f"{folder}: {BACKBONE_FILE} holds tensors other than LayerNorms and the pooler")
-    return head, layernorms, pooler, extra
+    if pooler and set(head) & set(pooler):
+        raise InteropError(f"{folder}: both its head and {BACKBONE_FILE} hold a pooler; the folder is damaged")
+    pooled = {**head, **extra}
+    return pooled, layernorms, any(k.startswith(f"{BASE}.pooler.") for k in pooled), head["classifier.weight"].shape[0]
+
+
+def _flexible_head(folder: Path, head_config: dict, weights: dict) -> dict:
+    """AdapterHub's classification head as adapterlab's pooler and classifier: ``layers=2`` (its default) is
+    dropout, dense, tanh on the first token, dropout, dense: a trained pooler and the classifier; ``layers=1,
+    use_pooler=True`` is the classifier on the backbone's own pooler, BertForSequenceClassification's static head."""
+    config, name = head_config["config"], head_config.get("name")
+    settings = (config.get("head_type"), config.get("layers"), config.get("use_pooler", False))
+    prefix = f"heads.{name}."
+    if settings == ("classification", 2, False) and str(config.get("activation_function")).lower() == "tanh":
+        names = {"1.weight": f"{BASE}.pooler.dense.weight", "1.bias": f"{BASE}.pooler.dense.bias",
+                 "4.weight": "classifier.weight", "4.bias": "classifier.bias"}
+    elif settings == ("classification", 1, True):
+        names = {"1.weight": "classifier.weight", "1.bias": "classifier.bias"}
+    else:
+        raise InteropError(
+            f"{folder}: its head is a {config.get('head_type')} head with layers={config.get('layers')}, "
+            f"activation_function={config.get('activation_function')!r}, use_pooler={config.get('use_pooler')}; "
+            "adapterlab's classifier is BERT's pooler (dense and tanh on the first token) and one dense layer: "
+            "add_classification_head(name) (layers=2, tanh) or add_classification_head(name, layers=1, use_pooler=True)")
+    if set(weights) - {prefix + k for k in names}:
+        raise InteropError(f"{folder}: its head holds {sorted(set(weights) - {prefix + k for k in names})}, which "
+                           "its head_config.json does not describe")
+    head = {ours: weights[prefix + theirs] for theirs, ours in names.items() if prefix + theirs in weights}
+    if "classifier.weight" in head and "classifier.bias" not in head:  # bias=False: a zero bias computes the same
+        head["classifier.bias"] = head["classifier.weight"].new_zeros(head["classifier.weight"].shape[0])
+    return head
 
 
 def _read_lora(folder: Path, hub: dict) -> dict:
@@ -350,27 +462,26 @@ def _read_lora(folder: Path, hub: dict) -> dict:
 
     config, name = hub["config"], hub.get("name")
     wanted = {"selfattn_lora": True, "intermediate_lora": False, "output_lora": False, "composition_mode": "add",
-              "dropout": 0.0, "use_gating": False, "use_dora": False, "vera_b": None, "vera_d": None, "leave_out": []}
+              "use_gating": False, "use_dora": False, "vera_b": None, "vera_d": None, "leave_out": []}
     for field, value in wanted.items():
         if config.get(field, value) != value:
-            raise _refuse(folder, f"its LoRA sets {field} = {config.get(field)!r} (adapterlab's LoRA: {value!r})")
+            raise InteropError(f"{folder}: its LoRAConfig sets {field} = {config.get(field)!r}; adapterlab's LoRA "
+                               f"computes {field} = {value!r}, so it is not imported")
     if sorted(config.get("attn_matrices") or []) != ["q", "v"]:
-        raise _refuse(folder, f"its LoRA adapts the attention matrices {config.get('attn_matrices')}; adapterlab's "
-                              "LoRA in AdapterHub's format adapts q and v")
+        raise InteropError(f"{folder}: its LoRA adapts the attention matrices {config.get('attn_matrices')}; "
+                           "adapterlab's LoRA in AdapterHub's format adapts q and v (attn_matrices=['q', 'v'])")
     rank, alpha = int(config["r"]), float(config.get("alpha", 8))
     if _version_below(hub.get("version", ""), (1, 1, 0)):
         alpha = float(rank)  # as the library reads it: before 1.1.0 its LoRA scaled by 1, so it resets alpha to r
-    if not (folder / WEIGHTS_FILE).is_file():
-        raise InteropError(f"{folder}: {WEIGHTS_FILE} is missing; adapterlab reads safetensors only")
-    weights = safetensors.torch.load_file(str(folder / WEIGHTS_FILE))
-    head, layernorms, pooler, extra = _read_head(folder)
+    weights = read_weights(folder, WEIGHTS_FILE, TORCH_WEIGHTS_FILE, RESAVE)
+    head, layernorms, pooler, num_labels = _read_head(folder)
     if layernorms:
-        raise _refuse(folder, f"{BACKBONE_FILE} holds LayerNorms, which adapterlab's LoRA does not train")
+        raise InteropError(f"{folder}: {BACKBONE_FILE} holds LayerNorms, which adapterlab's LoRA does not train")
     renamed = {}
     for key, tensor in weights.items():
         ours = key.replace(f".loras.{name}.", ".")
         if not LAYER_NAME.fullmatch(ours) or not any(f".{LORA_TARGETS[t]}.lora_" in ours for t in ("query", "value")):
-            raise _refuse(folder, f"{WEIGHTS_FILE} holds {key}")
+            raise InteropError(f"{folder}: it holds {key}, which adapterlab's LoRA has no place for")
         renamed[ours] = tensor
 
     def apply(model):
@@ -379,8 +490,8 @@ def _read_lora(folder: Path, hub: dict) -> dict:
         if set(renamed) != expected:
             raise InteropError(f"{folder}: its LoRA matrices are not one pair per query and value in each layer of "
                                "this backbone: pass the --backbone it was trained on")
-        add_lora(model, rank=rank, alpha=alpha, targets="query_value", train_pooler=bool(pooler))
-        copy_into(model, {**renamed, **head, **extra}, str(folder))
+        add_lora(model, rank=rank, alpha=alpha, targets="query_value", train_pooler=pooler)
+        copy_into(model, {**renamed, **head}, str(folder))
 
-    return {"method": "lora", "base_model": hub.get("model_name") or "", "num_labels": head["classifier.weight"].shape[0],
-            "name": name, "apply": apply}
+    return {"method": "lora", "base_model": hub.get("model_name") or "", "num_labels": num_labels,
+            "name": name, "apply": apply, "notes": dropout_note(config.get("dropout", 0.0), "dropout")}

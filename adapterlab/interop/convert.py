@@ -73,6 +73,9 @@ def import_set(folder, out, *, backbone: str | None = None, task: str | None = N
     if not folder.is_dir():
         raise InteropError(f"{folder}: no such folder; pass a folder written by model.save_adapter / "
                            "model.save_pretrained or by `adapterlab export`")
+    from .adapterhub import setup_adapter
+
+    folder = setup_adapter(folder)
     kind = folder_kind(folder)
     if kind == "adapterlab":
         raise InteropError(f"{folder} is already an adapterlab adapter set: `adapterlab evaluate --checkpoint "
