@@ -220,7 +220,7 @@ def read_peft(folder: Path) -> dict:
         elif name not in head:
             raise InteropError(f"{folder}: it holds {name}, which adapterlab's LoRA has no place for")
     targets, rank, alpha, renamed = _lora_as_ours(config, pairs, folder)
-    notes = _dropout_note(config.get("lora_dropout", 0.0), "lora_dropout")
+    notes = dropout_note(config.get("lora_dropout", 0.0), "lora_dropout")
 
     def apply(model):
         from ..model.lora import LORA_TARGETS, LORA_TARGET_SETS, add_lora
@@ -281,7 +281,8 @@ def _lora_as_ours(config: dict, pairs: dict, folder: Path) -> tuple[str, int, fl
     return targets, rank, common * rank, renamed
 
 
-def _dropout_note(dropout, field: str) -> list[str]:
+def dropout_note(dropout, field: str) -> list[str]:
+    """What import says of a library's dropout: it acts in training only, so it changes nothing imported."""
     if not dropout:
         return []
     return [f"{field} = {dropout} acts in training only: the imported set computes what the library computes in "
