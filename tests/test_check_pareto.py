@@ -127,6 +127,36 @@ def best_from_zero(points):
     return front
 
 
+def best_from_minus_one(points):
+    """Starts from −1, "the lowest a correlation can be": a method at exactly −1 never gets on."""
+    front, best = [], -1.0
+    for label, (count, score) in sorted(points.items(), key=lambda item: (item[1][0], -item[1][1])):
+        if score > best:
+            front.append(label)
+            best = score
+    return front
+
+
+def with_a_tolerance(points):
+    """Treats scores within 1e-3 as equal, so a narrow win is dropped like a tie."""
+    front, best = [], float("-inf")
+    for label, (count, score) in sorted(points.items(), key=lambda item: (item[1][0], -item[1][1])):
+        if score > best + 1e-3:
+            front.append(label)
+            best = score
+    return front
+
+
+def ties_by_name(points):
+    """Breaks ties in the count by label, so of two equal counts the one named first is kept even when weaker."""
+    front, best = [], float("-inf")
+    for label, (count, score) in sorted(points.items(), key=lambda item: (item[1][0], item[0])):
+        if score > best:
+            front.append(label)
+            best = score
+    return front
+
+
 def by_inverted_dict(points):
     """Keys the methods by (count, score): exact twins overwrite each other."""
     by_point = {point: label for label, point in points.items()}
@@ -146,7 +176,10 @@ def listed_twice(points):
 
 @pytest.mark.parametrize("answer, words", [
     (twins_dropped, "score exactly the same"),
-    (best_from_zero, "0 or negative"),
+    (best_from_zero, "best score of 0"),
+    (best_from_minus_one, "best score of -1"),
+    (with_a_tolerance, "tolerance"),
+    (ties_by_name, "not by name"),
     (by_inverted_dict, "score exactly the same"),
     (calls_the_package, "tradeoff.pareto_front"),
     (pareto_front, "tradeoff.pareto_front"),

@@ -979,7 +979,6 @@ _TWINS = ("Two methods here train the same number of parameters and score exactl
 
 def _front_mistakes(points: dict) -> list[tuple[list, str]]:
     """What the mistakes students make would return for these points, and the message that names each."""
-    by_count = sorted(points, key=lambda label: points[label][0])  # ties left in the order given
     ascending = sorted(points, key=lambda label: (points[label][0], -points[label][1]))
     neighbours = [label for k, label in enumerate(ascending)
                   if k == 0 or points[label][1] > points[ascending[k - 1]][1]]
@@ -991,20 +990,26 @@ def _front_mistakes(points: dict) -> list[tuple[list, str]]:
         (neighbours, "You compared each method only with the next cheaper one. A method is dominated by ANY cheaper "
                      "method that scores at least as well, not just by its neighbour: compare with the best score "
                      "seen so far."),
-        (_running_front(points, lambda score, best: score > best, order=by_count),
-         "Two methods here train the same number of parameters, and you kept the weaker of the two. With equal "
-         "counts the higher score dominates: break ties in the parameter count by score."),
+    ]
+    for order in (sorted(points, key=lambda label: points[label][0]),  # ties left in the order given
+                  sorted(points, key=lambda label: (points[label][0], label))):  # ties broken by name
+        mistakes.append((_running_front(points, lambda score, best: score > best, order=order),
+                         "Two methods here train the same number of parameters, and you kept the weaker of the two "
+                         "(it came first in your order). With equal counts the higher score dominates: break ties in "
+                         "the parameter count by score, not by name or by the order given."))
+    mistakes += [
         (_running_front(points, lambda score, best: score >= best),
          "You kept a method that scores exactly what a cheaper method scores. It buys nothing for its extra "
          "parameters, so it is dominated: a method must beat every cheaper one to be on the front."),
         ([max(points, key=lambda label: points[label][1])],
          "You returned only the best-scoring method. The front holds every method that nothing cheaper (or as "
          "cheap) beats: the cheapest method is on it too."),
-        (_running_front(points, lambda score, best: score > best, start=0.0),
-         "You started from a best score of 0, so a method scoring 0 or less never gets on the front; but scores can "
-         "be 0 or negative (a Matthews correlation is). Start below every score (−∞), or with the first method."),
-        (_running_front(points, lambda score, best: score > best), _TWINS),
     ]
+    mistakes += [(_running_front(points, lambda score, best: score > best, start=start),
+                  f"You started from a best score of {start:g}, so a method scoring {start:g} or less never gets on "
+                  "the front; but scores can be that low (a Matthews correlation runs from −1 to 1). Start below "
+                  "every score (−∞), or with the first method.") for start in (0.0, -1.0)]
+    mistakes.append((_running_front(points, lambda score, best: score > best), _TWINS))
     if len(set(points.values())) < len(points):  # exact twins: that is what a wrong answer missed first
         mistakes.insert(0, mistakes.pop())
     return mistakes
@@ -1033,6 +1038,15 @@ def _front_cases():
         "head only": (770, -0.012), "LayerNorm only": (10_754, 0.0), "BitFit": (19_202, 0.0),
         "Houlsby r=8": (89_186, 0.071), "LoRA r=8": (150_000, -0.004), "Houlsby r=64": (600_000, 0.093),
         "full": (22_713_986, 0.0)}))
+    cases.append(("two methods with the same count, the weaker first by name", {
+        "head only": (770, 0.80), "Adapter r=1": (19_202, 0.842), "BitFit": (19_202, 0.861),
+        "Houlsby r=8": (89_186, 0.872), "full": (22_713_986, 0.901)}))
+    cases.append(("methods a hair apart", {
+        "head only": (770, 0.8012), "BitFit": (19_202, 0.8013), "Houlsby r=8": (89_186, 0.8721),
+        "LoRA r=8": (150_000, 0.8722), "full": (22_713_986, 0.8723)}))
+    cases.append(("Matthews correlations down to −1, the lowest a score can be", {
+        "inverted head": (770, -1.0), "LayerNorm only": (10_754, -0.4), "Houlsby r=8": (89_186, 0.07),
+        "full": (22_713_986, 0.31)}))
     cases.append(("two methods with exactly the same count and score", {
         "head only": (770, 0.80), "BitFit": (19_202, 0.861), "LoRA r=1": (19_202, 0.861),
         "Houlsby r=8": (89_186, 0.872), "top-1 layer": (1_775_234, 0.866), "full": (22_713_986, 0.901)}))
@@ -1079,6 +1093,17 @@ def check_pareto_front(front_fn) -> None:
             "equal parameter counts, equal scores, exact duplicates and scores of 0 or below included.")
 
 
+#: A win this narrow is what a tolerance in the comparison swallows.
+NARROW_MARGIN = 0.01
+
+
+def _margin(label, points: dict) -> float:
+    """How much ``label`` scores above the best other method with at most as many parameters (−∞ if none)."""
+    count, score = points[label]
+    rivals = [s for other, (c, s) in points.items() if other != label and c <= count and (c, s) != (count, score)]
+    return score - max(rivals) if rivals else math.inf
+
+
 def _check_one_front(name: str, front_fn, what: str, points: dict) -> None:
     expected = _reference_front(points)
     given = dict(points)
@@ -1105,6 +1130,12 @@ def _check_one_front(name: str, front_fn, what: str, points: dict) -> None:
                           f"fewest trained parameters to the most ({expected}).")
     message = next((text for wrong, text in _front_mistakes(points) if got == wrong and wrong != expected), None)
     missing = [label for label in expected if label not in got]
+    margins = {label: _margin(label, points) for label in missing}
+    if message is None and missing and all(0 < margin <= NARROW_MARGIN for margin in margins.values()):
+        label = missing[0]
+        message = (f"{label} beats every method with as few parameters by only {margins[label]:.4g}, and you left it "
+                   "out: a tolerance (math.isclose, or `score > best + ε`) treats a narrow win as a tie. The front "
+                   "compares exactly; any margin counts.")
     if message is None and any(points[label] == points[other] for label in missing for other in got if other in points):
         message = _TWINS
     extra = [label for label in got if label not in expected]
