@@ -127,34 +127,30 @@ def best_from_zero(points):
     return front
 
 
-def best_from_minus_one(points):
-    """Starts from −1, "the lowest a correlation can be": a method at exactly −1 never gets on."""
-    front, best = [], -1.0
-    for label, (count, score) in sorted(points.items(), key=lambda item: (item[1][0], -item[1][1])):
-        if score > best:
+def cheapest_first(points, keep=lambda score, best: score > best, start=float("-inf"), tie=lambda item: -item[1][1]):
+    """The walk most answers take, cheapest first, keeping a method that beats the best so far; the arguments are
+    where students go wrong."""
+    front, best = [], start
+    for label, (count, score) in sorted(points.items(), key=lambda item: (item[1][0], tie(item))):
+        if keep(score, best):
             front.append(label)
             best = score
     return front
+
+
+def best_from_minus_one(points):
+    """Starts from −1, "the lowest a correlation can be": a method at exactly −1 never gets on."""
+    return cheapest_first(points, start=-1.0)
 
 
 def with_a_tolerance(points):
     """Treats scores within 1e-3 as equal, so a narrow win is dropped like a tie."""
-    front, best = [], float("-inf")
-    for label, (count, score) in sorted(points.items(), key=lambda item: (item[1][0], -item[1][1])):
-        if score > best + 1e-3:
-            front.append(label)
-            best = score
-    return front
+    return cheapest_first(points, keep=lambda score, best: score > best + 1e-3)
 
 
 def ties_by_name(points):
     """Breaks ties in the count by label, so of two equal counts the one named first is kept even when weaker."""
-    front, best = [], float("-inf")
-    for label, (count, score) in sorted(points.items(), key=lambda item: (item[1][0], item[0])):
-        if score > best:
-            front.append(label)
-            best = score
-    return front
+    return cheapest_first(points, tie=lambda item: item[0])
 
 
 def by_inverted_dict(points):
