@@ -432,6 +432,7 @@ def evaluate_command(args) -> int:
     status = {"status": "complete"} if not broken else {
         "status": "non-finite", "why": f"{', '.join(broken)} came out NaN or infinite (shown as null): the adapter set "
                                        "or the backbone overflowed on these rows"}
+    print(f"{task.metric} {metrics[task.metric]:.4f} on {len(split)} dev rows")
     print(json.dumps(json_safe({"task": task.name, "metrics": metrics, "toy_data": split.is_toy, **status}),
                      allow_nan=False))
     return OK

@@ -93,8 +93,9 @@ class Setting:
         """Add this setting's flag to ``parser`` (``default`` replaces the declared one for this command)."""
         default = self.default if default is _UNSET else default
         if self.kind is bool:
-            action = "store_false" if self.default is True else "store_true"
-            parser.add_argument(*self.flags, dest=self.name, action=action, default=default, help=self.help)
+            switched_off = self.default is True  # the flag is --no-..., so its help says what it turns off
+            parser.add_argument(*self.flags, dest=self.name, action="store_false" if switched_off else "store_true",
+                                default=default, help=f"do not {self.help} (default: on)" if switched_off else self.help)
             return
         parser.add_argument(*self.flags, dest=self.name, type=self._argument, default=default, choices=self.allowed(),
                             metavar=None if self.allowed() else (self.metavar or self.name.upper()),
