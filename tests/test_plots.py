@@ -109,3 +109,93 @@ def test_validation_curves_draw_one_line_per_stored_curve_on_a_validation_axis()
     assert [trace.name for trace in fig.data] == ["BitFit", "LoRA r=8"]
     assert list(fig.data[1].y) == [0.8, 0.88] and list(fig.data[1].x) == [125, 250]
     assert fig.layout.yaxis.title.text.startswith("validation accuracy")
+
+
+# ---------------------------------------------------------------- one look per method, text that fits
+
+from adapterlab.runs.tradeoff import Point  # noqa: E402
+
+#: Each method as the figures of the course spell it, written out here (not taken from plots).
+SPELLINGS = {
+    "Houlsby": ["Houlsby", "Houlsby adapters", "Houlsby r=64"],
+    "Pfeiffer": ["Pfeiffer", "Pfeiffer adapters", "Pfeiffer r=64"],
+    "parallel": ["Parallel adapters", "Parallel r=64"],
+    "LoRA": ["LoRA", "LoRA r=8"],
+    "top-k": ["top-k layers", "Top-k layers", "top-2 layers"],
+    "LayerNorm only": ["LayerNorm only"],
+    "BitFit": ["BitFit", "BitFit: biases only"],
+    "head only": ["head only", "Head only"],
+    "full": ["full fine-tuning", "Full fine-tuning"],
+}
+METHOD_OF = {spelling: method for method, spellings in SPELLINGS.items() for spelling in spellings}
+
+
+def _method_figures():
+    """Every figure that draws methods, each with the methods spelt one of the ways the labs spell them."""
+    def row(label):
+        return seed_row(label, [0.8, 0.82, 0.81], metric="accuracy")
+
+    spellings = [spellings[i % len(spellings)] for i, spellings in enumerate(SPELLINGS.values())]
+    others = [spellings[-1] for spellings in SPELLINGS.values()]
+    return [
+        plots.tradeoff_figure([Point(name, 1000 * (i + 1), row(name)) for i, name in enumerate(spellings)], "t",
+                              note="Paper: adapters within 0.4 % of full fine-tuning. " * 3),
+        plots.validation_curves_figure({name: [(100, 0.7), (200, 0.8)] for name in others + ["LoRA r=64"]},
+                                       "accuracy", "v"),
+        plots.curve_figure({name: [(1e-4, row(name)), (1e-3, row(name))] for name in ("Houlsby r=64", "full fine-tuning")},
+                           "c", "peak learning rate (log)"),
+        plots.methods_figure([{"method": name, "trained": 10 ** (i + 3), "value": 0.8} for i, name in enumerate(others)],
+                             "accuracy"),
+    ]
+
+
+def test_every_method_keeps_one_colour_and_marker_in_every_figure_and_no_two_share_one():
+    looks: dict[str, set] = {}
+    for fig in _method_figures():
+        in_figure = {}
+        for trace in fig.data:
+            if trace.name in METHOD_OF and trace.showlegend is not False:
+                look = (trace.marker.color, trace.marker.symbol)
+                looks.setdefault(METHOD_OF[trace.name], set()).add(look)
+                in_figure.setdefault(look, set()).add(METHOD_OF[trace.name])
+        assert all(len(methods) == 1 for methods in in_figure.values()), f"methods share a look: {in_figure}"
+    assert set(looks) == set(SPELLINGS)
+    assert all(len(found) == 1 for found in looks.values()), f"a method changes its look: {looks}"
+    colours = [next(iter(found))[0] for found in looks.values()]
+    assert len(set(colours)) == len(colours), "no two methods share a colour"
+
+
+def test_two_sizes_of_one_method_differ_by_their_line():
+    fig = plots.validation_curves_figure({"LoRA r=8": [(1, 0.5), (2, 0.6)], "LoRA r=64": [(1, 0.5), (2, 0.7)]}, "accuracy", "v")
+    small, large = fig.data
+    assert small.line.color == large.line.color and small.line.dash != large.line.dash
+
+
+def test_the_tradeoff_note_sits_under_the_title_and_legends_sit_at_the_bottom_edge():
+    tradeoff, curves = _method_figures()[:2]
+    assert not [a for a in tradeoff.layout.annotations if a.yref == "paper" and a.y < 0], "nothing under the x axis"
+    assert "Paper: adapters" in tradeoff.layout.title.subtitle.text
+    assert all(len(line) <= plots.NOTE_CHARS for line in tradeoff.layout.title.subtitle.text.split("<br>"))
+    for fig in (tradeoff, curves):
+        legend = fig.layout.legend
+        assert legend.orientation == "h" and legend.yref == "container" and legend.y == 0 and legend.yanchor == "bottom"
+        assert fig.layout.margin.b >= 140, "room for the x-axis title and two rows of legend under the plot"
+
+
+def test_a_long_y_axis_title_is_set_on_lines_that_fit():
+    fig = plots.counts_figure({"houlsby": {"bottleneck": [8, 64], "trainable": [1e5, 1e6]}})
+    title = "trainable parameters incl. the head (millions; log)"
+    lines = fig.layout.yaxis.title.text.split("<br>")
+    assert " ".join(lines) == title and len(lines) > 1 and max(map(len, lines)) <= plots.Y_TITLE_CHARS
+
+
+def test_the_placement_diagram_draws_each_label_as_its_own_box_at_the_slides_font():
+    """A box drawn as a rectangle in data units does not grow with its label's font (on a slide the labels
+    spilled out); a box that is the label's background does."""
+    fig = plots.placement_diagram()
+    assert not [shape for shape in fig.layout.shapes if shape.type == "rect"]
+    boxes = [a for a in fig.layout.annotations if a.bgcolor]
+    labels = {a.text for a in boxes}
+    assert {"adapter (bottleneck r)", "adapter × s", "add & the same LayerNorm", "hidden states in"} <= labels
+    assert all(a.font.size >= 18 and a.borderwidth for a in boxes)
+    assert fig.layout.height <= 420, "the height a slide gives it: nothing is squeezed on the slide"

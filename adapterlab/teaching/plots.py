@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 
 import plotly.graph_objects as go
 import plotly.io as pio
@@ -22,6 +23,22 @@ from ..runs.tradeoff import Point
 TEMPLATE = "plotly_white"
 COLORS = {"frozen": "#d9d9d9", "adapter": "#f28e2b", "layernorm": "#a0c4e8", "head": "#59a14f", "io": "#ffffff"}
 LINE_COLORS = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#b07aa1"]
+
+#: One colour and one marker per training method, in every figure of the course: a reader who learnt that
+#: orange diamonds are LoRA in lab 10's first figure reads the next figure without its legend. The key is
+#: what a figure's label starts with (lower case): "Houlsby r=64", "Houlsby adapters" and "Houlsby" are one
+#: method. Colours from Tableau 10; no two methods share one.
+METHOD_STYLES = {
+    "houlsby": ("#4e79a7", "circle"),
+    "pfeiffer": ("#76b7b2", "square"),
+    "parallel": ("#9c755f", "diamond-wide"),
+    "lora": ("#f28e2b", "diamond"),
+    "top-": ("#b07aa1", "triangle-up"),
+    "layernorm only": ("#edc948", "pentagon"),
+    "bitfit": ("#ff9da7", "star"),
+    "head only": ("#bab0ac", "x"),
+    "full fine-tuning": ("#e15759", "hexagon"),
+}
 
 
 def setup_notebook() -> None:
@@ -43,13 +60,50 @@ def display_data(fig: go.Figure) -> dict:
     }
 
 
+def method_style(label: str) -> tuple[str, str] | None:
+    """(colour, marker) of the training method a trace label names, or None for a label that is no method."""
+    name = str(label).lower()
+    return next((style for key, style in METHOD_STYLES.items() if name.startswith(key)), None)
+
+
+def _styles(labels) -> list[tuple[str, str, str]]:
+    """(colour, marker, line dash) per label: a method's own colour and marker, a solid line for its first
+    trace and a dashed one for the next (LoRA r=8, then LoRA r=64); other labels take LINE_COLORS in turn."""
+    styles, seen, others = [], set(), 0
+    for label in labels:
+        style = method_style(label)
+        if style is None:
+            style = (LINE_COLORS[others % len(LINE_COLORS)], "circle")
+            others += 1
+        styles.append((*style, "dash" if style in seen else "solid"))
+        seen.add(style)
+    return styles
+
+
+#: A y-axis title longer than this is set on two lines (one line would pass the plot's height and be cut).
+Y_TITLE_CHARS = 34
+
+
+def _axis_title(text: str, width: int = Y_TITLE_CHARS) -> str:
+    """`text` broken at spaces into lines of at most `width` characters (plotly's <br>)."""
+    return "<br>".join(textwrap.wrap(text, width, break_long_words=False)) if len(text) > width else text
+
+
+def _legend_below(fig: go.Figure) -> None:
+    """A horizontal legend at the figure's bottom edge, under the x-axis title (placed in the figure, not
+    the plot, so that a figure given less height on a slide keeps them apart): a long legend wraps into
+    rows instead of scrolling."""
+    fig.update_layout(legend=dict(orientation="h", yref="container", yanchor="bottom", y=0, x=0,
+                                  bgcolor="rgba(0,0,0,0)"), margin=dict(b=150))
+
+
 def _layout(fig: go.Figure, title: str, x: str, y: str, log_x: bool = False, log_y: bool = False) -> go.Figure:
     fig.update_layout(
         title=title, template=TEMPLATE, height=420, margin=dict(l=70, r=30, t=70, b=60),
         legend=dict(bgcolor="rgba(255,255,255,0.7)"), font=dict(size=14),
     )
-    fig.update_xaxes(title=x)
-    fig.update_yaxes(title=y)
+    fig.update_xaxes(title=x, automargin=True)
+    fig.update_yaxes(title=_axis_title(y), automargin=True)
     if log_x:
         fig.update_xaxes(type="log", exponentformat="power")
     if log_y:
@@ -149,7 +203,7 @@ def linear_fit_figure(sweep: dict) -> go.Figure:
 def latency_figure(seconds: dict, title: str) -> go.Figure:
     """A bar per variant: median milliseconds per forward pass."""
     names = list(seconds)
-    fig = go.Figure(go.Bar(x=names, y=[1e3 * seconds[n] for n in names], marker_color=LINE_COLORS[: len(names)],
+    fig = go.Figure(go.Bar(x=names, y=[1e3 * seconds[n] for n in names], marker_color=[style[0] for style in _styles(names)],
                            text=[f"{1e3 * seconds[n]:.1f} ms" for n in names], textposition="outside"))
     return _layout(fig, title, "model", "median time per forward pass (ms)")
 
@@ -187,93 +241,76 @@ def trainable_bars_figure(rows: dict, title: str) -> go.Figure:
 # A BERT layer, drawn
 # --------------------------------------------------------------------------------------------------
 
-#: (label, kind) from bottom to top: one BERT layer; "A1"/"A2" mark where a serial adapter may go.
-_LAYER = [
-    ("hidden states in", "io"),
-    ("multi-head attention", "frozen"),
-    ("dense (attention output)", "frozen"),
-    ("A1", "slot"),
-    ("add & LayerNorm", "layernorm"),
-    ("FFN in: d → 4d, GELU", "frozen"),
-    ("FFN out: 4d → d", "frozen"),
-    ("A2", "slot"),
-    ("add & LayerNorm", "layernorm"),
-    ("hidden states out", "io"),
-]
-_SLOTS = {"houlsby": {"A1", "A2"}, "pfeiffer": {"A3"}, "parallel": set()}
-#: Pfeiffer's adapter reads the output of the FFN's add & LayerNorm, and the same LayerNorm runs again after it.
-_PFEIFFER_LAYER = _LAYER[:7] + [("add & LayerNorm", "layernorm"), ("A3", "slot"),
-                                ("add & the same LayerNorm", "layernorm"), ("hidden states out", "io")]
-_BOX_W, _BOX_H = 2.0, 0.6
+#: One BERT layer from bottom to top as (label, kind) per placement; kind "adapter" is a serial adapter.
+_LAYERS = {
+    "houlsby": [("hidden states in", "io"), ("attention + projection", "frozen"), ("adapter (bottleneck r)", "adapter"),
+                ("add & LayerNorm", "layernorm"), ("feed-forward d → 4d → d", "frozen"),
+                ("adapter (bottleneck r)", "adapter"), ("add & LayerNorm", "layernorm"), ("hidden states out", "io")],
+    # Pfeiffer's adapter reads the output of the FFN's add & LayerNorm, and the same LayerNorm runs again after it.
+    "pfeiffer": [("hidden states in", "io"), ("attention + projection", "frozen"), ("add & LayerNorm", "layernorm"),
+                 ("feed-forward d → 4d → d", "frozen"), ("add & LayerNorm", "layernorm"),
+                 ("adapter (bottleneck r)", "adapter"), ("add & the same LayerNorm", "layernorm"),
+                 ("hidden states out", "io")],
+    "parallel": [("hidden states in", "io"), ("attention + projection", "frozen"), ("add & LayerNorm", "layernorm"),
+                 ("feed-forward d → 4d → d", "frozen"), ("add & LayerNorm", "layernorm"), ("hidden states out", "io")],
+}
+#: Residual connections per placement: (row the skip leaves, row it joins, side, how far out: 0 or 1).
+_SKIPS = {"houlsby": [(0, 3, -1, 0), (3, 6, -1, 0)],
+          "pfeiffer": [(0, 2, -1, 0), (2, 4, -1, 0), (2, 6, -1, 1), (3, 6, 1, 0)],
+          "parallel": [(0, 2, -1, 0), (2, 4, -1, 0)]}
+DIAGRAM_FONT_PX = 18  # the deck's smallest figure text: the diagram is drawn at it, so nothing grows on a slide
+DIAGRAM_HEIGHT_PX = 420  # the height a slide gives a figure
+_COLUMN_GAP, _SKIP_OUT, _ROW = 5.0, 2.1, 1.0  # in data units: columns apart, a skip's distance from the column, a row
 
 
-def _box(fig, x, y, label, color, width=_BOX_W, dash=None):
-    fig.add_shape(type="rect", x0=x - width / 2, x1=x + width / 2, y0=y - _BOX_H / 2, y1=y + _BOX_H / 2,
-                  fillcolor=color, line=dict(color="#555", dash=dash), layer="below")
-    fig.add_annotation(x=x, y=y, text=label, showarrow=False, font=dict(size=12))
+def _label_box(fig, x, y, label, color, dash=False):
+    """A box that is its label's own background: plotly sizes it to the text, so a label never spills out."""
+    fig.add_annotation(x=x, y=y, text=label, showarrow=False, bgcolor=color, bordercolor="#555", borderwidth=1,
+                       borderpad=4, font=dict(size=DIAGRAM_FONT_PX, color="#222"))
 
 
-def _arrow(fig, x0, y0, x1, y1, color="#555"):
-    fig.add_annotation(x=x1, y=y1, ax=x0, ay=y0, xref="x", yref="y", axref="x", ayref="y", text="",
-                       showarrow=True, arrowhead=2, arrowwidth=1.4, arrowcolor=color)
-
-
-def _residual(fig, x, y_from, y_to):
-    """The skip connection: from a sublayer's input, round the left, into its add & LayerNorm."""
-    left = x - _BOX_W / 2 - 0.35
-    fig.add_shape(type="path", path=f"M {x - _BOX_W / 2},{y_from} L {left},{y_from} L {left},{y_to}",
-                  line=dict(color="#999", dash="dot"))
-    _arrow(fig, left, y_to, x - _BOX_W / 2, y_to, color="#999")
+def _path(fig, points, color="#999", dash="dot"):
+    """A line through `points` (data units), drawn under the boxes."""
+    path = "M " + " L ".join(f"{x},{y}" for x, y in points)
+    fig.add_shape(type="path", path=path, line=dict(color=color, dash=dash, width=1.5), layer="below")
 
 
 def placement_diagram(train_layernorm: bool = True) -> go.Figure:
-    """Houlsby, Pfeiffer and parallel adapters inside one BERT layer, side by side.
+    """Houlsby, Pfeiffer and parallel adapters inside one BERT layer, side by side (lab 5).
 
     Orange: adapters (trained); blue: LayerNorms (trained when train_layernorm, else grey); grey:
-    frozen pretrained weights; dotted: residual connections. Drawn bottom to top like the paper.
+    frozen pretrained weights; dotted: residual connections. Read bottom to top, like the paper. Each box
+    is its label's background, sized by plotly to the text at DIAGRAM_FONT_PX, and the figure is as high as
+    a slide gives it, so on a slide and in JupyterLab the labels stay inside their boxes.
     """
     fig = go.Figure()
-    ln_color = COLORS["layernorm"] if train_layernorm else COLORS["frozen"]
-    ys = {i: float(i) for i in range(len(_PFEIFFER_LAYER))}
-    for column, placement in enumerate(("houlsby", "pfeiffer", "parallel")):
-        x = 4.4 * column
-        previous = None
-        for i, (label, kind) in enumerate(_PFEIFFER_LAYER if placement == "pfeiffer" else _LAYER):
-            if kind == "slot" and label not in _SLOTS[placement]:
-                continue
-            if kind == "slot":
-                _box(fig, x, ys[i], "adapter (bottleneck r)", COLORS["adapter"])
-            else:
-                color = ln_color if kind == "layernorm" else COLORS[kind]
-                _box(fig, x, ys[i], label, color, dash="dot" if kind == "io" else None)
-            if previous is not None:
-                _arrow(fig, x, ys[previous] + _BOX_H / 2, x, ys[i] - _BOX_H / 2)
-            previous = i
-        _residual(fig, x, ys[0], ys[4])
-        _residual(fig, x, ys[4], ys[7] if placement == "pfeiffer" else ys[8])
-        if placement == "pfeiffer":  # z = LN(h + x) feeds the adapter; h and x join its output in the second add
-            _residual(fig, x, ys[4], ys[9])
-            right = x + _BOX_W / 2 + 0.35  # h, the FFN's output before the first add, round the right
-            fig.add_shape(type="path", path=f"M {x + _BOX_W / 2},{ys[6]} L {right},{ys[6]} L {right},{ys[9]}",
-                          line=dict(color="#999", dash="dot"))
-            _arrow(fig, right, ys[9], x + _BOX_W / 2, ys[9], color="#999")
-        if placement == "parallel":
-            y_mid = (ys[5] + ys[6]) / 2
-            side = x + _BOX_W / 2 + 0.9
-            _box(fig, side, y_mid, "adapter × s", COLORS["adapter"], width=1.4)
-            _arrow(fig, x + 0.5, ys[4] + _BOX_H / 2, side, y_mid - _BOX_H / 2)
-            _arrow(fig, side, y_mid + _BOX_H / 2, x + 0.5, ys[8] - _BOX_H / 2)
-        fig.add_annotation(x=x, y=len(_PFEIFFER_LAYER) - 0.3, text=f"<b>{placement}</b>", showarrow=False,
-                           font=dict(size=16))
-    legend = (("adapter (trained)", COLORS["adapter"]),
-              (f"LayerNorm ({'trained' if train_layernorm else 'frozen'})", ln_color), ("frozen", COLORS["frozen"]))
+    colors = dict(COLORS, layernorm=COLORS["layernorm"] if train_layernorm else COLORS["frozen"])
+    for column, (placement, layer) in enumerate(_LAYERS.items()):
+        x = _COLUMN_GAP * column
+        _path(fig, [(x, 0), (x, _ROW * (len(layer) - 1))], color="#555", dash="solid")
+        for row, (label, kind) in enumerate(layer):
+            _label_box(fig, x, _ROW * row, label, colors[kind])
+        for start, end, side, level in _SKIPS[placement]:
+            out = x + side * (_SKIP_OUT + 0.4 * level)
+            _path(fig, [(x, _ROW * start), (out, _ROW * start), (out, _ROW * end), (x, _ROW * end)])
+        if placement == "parallel":  # the adapter reads the FFN's input and joins its output, beside it
+            side = x + _SKIP_OUT + 0.3
+            _path(fig, [(x, _ROW * 2), (side, _ROW * 2), (side, _ROW * 4), (x, _ROW * 4)], color=COLORS["adapter"],
+                  dash="solid")
+            _label_box(fig, side, _ROW * 3, "adapter × s", colors["adapter"])
+        fig.add_annotation(x=x, y=_ROW * 8, text=f"<b>{placement}</b>", showarrow=False,
+                           font=dict(size=DIAGRAM_FONT_PX + 2))
+    legend = (("adapter (trained)", colors["adapter"]),
+              (f"LayerNorm ({'trained' if train_layernorm else 'frozen'})", colors["layernorm"]),
+              ("frozen", colors["frozen"]))
     for name, color in legend:
-        fig.add_scatter(x=[None], y=[None], mode="markers", name=name, marker=dict(size=14, symbol="square", color=color))
-    fig.update_xaxes(visible=False, range=[-1.7, 11.8])
-    fig.update_yaxes(visible=False, range=[-0.6, len(_PFEIFFER_LAYER)])
+        fig.add_scatter(x=[None], y=[None], mode="markers", name=name, marker=dict(size=16, symbol="square", color=color))
+    fig.update_xaxes(visible=False, range=[-_SKIP_OUT - 1.4, 2 * _COLUMN_GAP + _SKIP_OUT + 1.8], fixedrange=True)
+    fig.update_yaxes(visible=False, range=[-0.6, _ROW * 8.5], fixedrange=True)
     fig.update_layout(
-        title="Where the adapters go in one BERT layer (dotted: residual connections)", template=TEMPLATE, height=700,
-        margin=dict(l=10, r=10, t=60, b=10), font=dict(size=13), legend=dict(orientation="h", y=-0.02),
+        title="Where the adapters go in one BERT layer (read bottom to top; dotted: residual connections)",
+        template=TEMPLATE, height=DIAGRAM_HEIGHT_PX, margin=dict(l=10, r=10, t=50, b=40),
+        font=dict(size=DIAGRAM_FONT_PX), legend=dict(orientation="h", y=-0.02, yanchor="top", x=0.2),
     )
     return fig
 
@@ -347,9 +384,10 @@ def methods_figure(rows: list[dict], metric: str) -> go.Figure:
 
     Each row holds ``method``, ``trained`` and ``value`` (the metric)."""
     fig = go.Figure()
-    for row, color in zip(rows, LINE_COLORS):
+    for row, (color, symbol, _) in zip(rows, _styles(row["method"] for row in rows)):
         fig.add_scatter(x=[row["trained"]], y=[row["value"]], mode="markers+text", name=row["method"],
-                        text=[row["method"]], textposition="top center", marker=dict(size=14, color=color))
+                        text=[row["method"]], textposition="top center",
+                        marker=dict(size=14, color=color, symbol=symbol))
     return _layout(fig, "What each method trains, and what it reaches", "trained parameters (log)",
                    METRIC_AXES.get(metric, metric), log_x=True)
 
@@ -421,11 +459,11 @@ def seeds_figure(series, setting: str, title: str, baseline: tuple[str, float] |
     if empty:
         title += f" (no stored run yet: {', '.join(empty)})"
     fig = go.Figure()
-    for (name, rows), color in zip(series.items(), LINE_COLORS):
+    for (name, rows), (color, symbol, _) in zip(series.items(), _styles(series)):
         shown = [row for row in rows if row.n > 0]
         fig.add_scatter(
             x=[row.label for row in shown], y=[row.mean for row in shown], name=name, line_color=color,
-            mode="lines+markers" if line else "markers", marker_size=10,
+            mode="lines+markers" if line else "markers", marker=dict(size=10, symbol=symbol),
             error_y=dict(type="data", array=[0.0 if row.n < 2 else row.std for row in shown], visible=True),
             customdata=[[row.n, len(row.seeds) + len(row.missing), row.diverged] for row in shown],
             hovertemplate="%{x}: mean %{y:.3f}<br>%{customdata[0]} of %{customdata[1]} seeds with a metric, "
@@ -485,6 +523,8 @@ def overhead_figure(results: list, title: str) -> go.Figure:
 
 # ---------------------------------------------------------------- the trade-off figures (lab 10)
 
+NOTE_CHARS = 110  # a note under a figure's title is broken into lines this long
+
 
 def tradeoff_figure(points: list[Point], title: str, baseline: tuple[str, float] | None = None,
                     note: str = "") -> go.Figure:
@@ -493,14 +533,15 @@ def tradeoff_figure(points: list[Point], title: str, baseline: tuple[str, float]
     shown = [p for p in points if p.row.n]
     metric = next((p.row.metric for p in shown if p.row.metric), "accuracy")
     fig = go.Figure()
-    for (family, color) in zip(dict.fromkeys(p.family for p in points), LINE_COLORS * 2):
+    families = list(dict.fromkeys(p.family for p in points))
+    for family, (color, symbol, dash) in zip(families, _styles(families)):
         members = sorted((p for p in shown if p.family == family), key=lambda p: p.trained)
         if not members:
             continue
         fig.add_scatter(
             x=[p.trained for p in members], y=[p.row.mean for p in members], name=family,
-            mode="lines+markers" if len(members) > 1 else "markers", marker=dict(size=10, color=color),
-            line=dict(color=color), text=[str(p.label) for p in members],
+            mode="lines+markers" if len(members) > 1 else "markers", marker=dict(size=12, color=color, symbol=symbol),
+            line=dict(color=color, dash=dash), text=[str(p.label) for p in members],
             error_y=dict(type="data", array=[0.0 if p.row.n < 2 else p.row.std for p in members], visible=True),
             hovertemplate="%{text}: %{y:.3f}<br>%{x:,} trained parameters<extra></extra>")
         seeds = [(p.trained, value) for p in members for value in p.row.values]
@@ -509,11 +550,13 @@ def tradeoff_figure(points: list[Point], title: str, baseline: tuple[str, float]
     if baseline is not None:
         fig.add_hline(y=baseline[1], line_dash="dot", line_color="gray", annotation_text=baseline[0],
                       annotation_position="bottom right")
-    if note:
-        fig.add_annotation(text=note, xref="paper", yref="paper", x=0, y=-0.28, showarrow=False, align="left",
-                           font=dict(size=11))
     fig = _layout(fig, title, "trained parameters (log)", METRIC_AXES.get(metric, metric), log_x=True)
-    fig.update_layout(height=520, margin=dict(b=120) if note else None)
+    _legend_below(fig)
+    if note:  # under the title, where nothing else is drawn (below the plot it covered the x-axis title)
+        lines = textwrap.wrap(note, NOTE_CHARS)
+        fig.update_layout(title=dict(subtitle=dict(text="<br>".join(lines), font=dict(color="gray"))),
+                          margin=dict(t=80 + 24 * len(lines)))
+    fig.update_layout(height=560)
     return fig
 
 
@@ -521,11 +564,13 @@ def validation_curves_figure(curves: dict[str, list[tuple[int, float]]], metric:
     """Each tuned run's validation score at every evaluation (label → [(step, score)]): whether it flattened
     before the run ended (lab 10). Labels without a stored curve are left out."""
     fig = go.Figure()
-    for (label, curve), color in zip(((k, v) for k, v in curves.items() if v), LINE_COLORS * 3):
+    stored = {label: curve for label, curve in curves.items() if curve}
+    for (label, curve), (color, symbol, dash) in zip(stored.items(), _styles(stored)):
         fig.add_scatter(x=[step for step, _ in curve], y=[score for _, score in curve], mode="lines+markers",
-                        name=label, line=dict(color=color), marker=dict(color=color))
+                        name=label, line=dict(color=color, dash=dash), marker=dict(color=color, symbol=symbol, size=9))
     fig = _layout(fig, title, "training step", METRIC_AXES.get(metric, metric).replace("dev ", "validation ", 1))
-    fig.update_layout(height=480)
+    _legend_below(fig)
+    fig.update_layout(height=520)
     return fig
 
 
@@ -535,13 +580,14 @@ def curve_figure(curves: dict[str, list[tuple[float, SeedRow]]], title: str, x_t
     faint dot; ``mark`` (x, row), e.g. the knee, is circled. Rows without stored runs are left out (lab 10)."""
     fig = go.Figure()
     ticks, metric = set(), "accuracy"
-    for (label, pairs), color in zip(curves.items(), LINE_COLORS * 2):
+    for (label, pairs), (color, symbol, dash) in zip(curves.items(), _styles(curves)):
         done = [(x, row) for x, row in pairs if row.n]
         ticks |= {x for x, _ in done}
         metric = next((row.metric for _, row in done if row.metric), metric)
         fig.add_scatter(x=[x for x, _ in done], y=[row.mean for _, row in done], mode="lines+markers", name=label,
                         error_y=dict(type="data", array=[0.0 if row.n < 2 else row.std for _, row in done],
-                                     visible=True), marker=dict(size=10, color=color), line=dict(color=color))
+                                     visible=True), marker=dict(size=10, color=color, symbol=symbol),
+                        line=dict(color=color, dash=dash))
         seeds = [(x, value) for x, row in done for value in row.values]
         fig.add_scatter(x=[x for x, _ in seeds], y=[y for _, y in seeds], mode="markers", showlegend=False,
                         marker=dict(size=5, color=color, opacity=0.35), hoverinfo="skip")

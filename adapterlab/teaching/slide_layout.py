@@ -44,7 +44,8 @@ PREDICTION_TAG = "prediction"
 
 # Slide geometry in reveal.js units (the deck is 1280 × 720, scaled to the screen; no prompts).
 SLIDE_BUDGET_PX = 680  # the slide's height less the cells' padding, over the 0.96 the deck may scale text to
-FIGURE_HEIGHT_PX = 420
+FIGURE_HEIGHT_PX = 420  # a figure's height when it does not ask for one
+FIGURE_MAX_PX = 560  # the most a figure may ask for (a legend in rows, a note under its title): a heading fits above
 FIGURE_FIT_PX = 340  # a figure counts this high at most: the deck gives it less height where the slide needs it
 TEXT_LINE_PX, TEXT_CHARS = 36, 92  # markdown at 26 px
 CODE_LINE_PX, CODE_CHARS = 28, 96  # code and text outputs at 21 px (DejaVu Sans Mono: 12.6 px a character)
@@ -214,7 +215,7 @@ def _clean_code_cell(cell) -> None:
         if PLOTLY_MIME in data:
             legible_figure(data[PLOTLY_MIME])
             layout = data[PLOTLY_MIME].setdefault("layout", {})
-            layout["height"] = min(layout.get("height") or FIGURE_HEIGHT_PX, FIGURE_HEIGHT_PX)
+            layout["height"] = min(layout.get("height") or FIGURE_HEIGHT_PX, FIGURE_MAX_PX)
             layout.pop("width", None)
             layout["autosize"] = True
         kept.append(output)
@@ -757,6 +758,17 @@ def text_tables_as_html(text: str) -> str | None:
     return "\n".join(parts) if rows_seen else None
 
 
+LOG_TICKS = 6  # labels a log axis shows at most (a y axis on a slide has room for about that many)
+
+
+def _decades(figure: dict, axis_name: str) -> float:
+    """How many decades the positive values drawn on the axis `axis_name` ("xaxis", "yaxis2") span."""
+    letter, number = axis_name[0], axis_name[5:]
+    values = [value for trace in figure.get("data", []) if trace.get(f"{letter}axis", letter) == letter + number
+              for value in trace.get(letter) or [] if isinstance(value, (int, float)) and value > 0]
+    return math.log10(max(values) / min(values)) if values else 0.0
+
+
 def legible_figure(figure: dict, size: int = FIGURE_FONT_PX) -> dict:
     """`figure` (plotly JSON) with every font at least `size` px: the default font and each explicit one
     (axis titles, ticks, legend, annotations, trace text)."""
@@ -777,8 +789,9 @@ def legible_figure(figure: dict, size: int = FIGURE_FONT_PX) -> dict:
     for name, axis in layout.items():
         if not (re.fullmatch(r"[xy]axis\d*", name) and isinstance(axis, dict)):
             continue
-        if axis.get("type") == "log":
-            axis.setdefault("dtick", 1)  # decades only: plotly draws the labels between them smaller
+        if axis.get("type") == "log" and "tickvals" not in axis:
+            # decades only (plotly draws the labels between them smaller), and few enough not to overlap
+            axis.setdefault("dtick", max(1, math.ceil(_decades(figure, name) / LOG_TICKS)))
         if axis.get("exponentformat", "power") == "power":
             axis["exponentformat"] = "e"  # 1e-08, as the labs write σ: a superscript exponent is 70 % of the font
     font = layout.setdefault("font", {})
