@@ -1,7 +1,8 @@
 """One command for each job, with all setup done on the way: `python3 run.py lab --student`, `lab` or `test`.
 
 Creates a virtual environment in .venv (once, and again whenever pyproject.toml changes), installs
-PyTorch first and then adapterlab with its test extras, and then:
+PyTorch first and then adapterlab with its test extras (each step announced with how long it usually
+takes, pip's own progress shown), and then:
 
 * ``lab --student`` — for students: writes their copies of the labs (solutions stubbed out) into
   build/student/ and opens JupyterLab there. The copies are refreshed when a lab changes; a copy the
@@ -24,6 +25,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import time
 import venv
 from pathlib import Path
 
@@ -47,8 +49,33 @@ def venv_python() -> Path:
     return VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 
 
-def pip(*args: str) -> None:
-    subprocess.run([str(venv_python()), "-m", "pip", "install", "--disable-pip-version-check", *args], check=True)
+# What a first start installs, in order, and how long each step usually takes: pip's own output (each package
+# as it is collected, a progress bar per download) follows each line, so a long step is never silent.
+TORCH_STEP = f"PyTorch ({TORCH}), the largest download: usually 2-10 minutes, depending on the connection"
+PACKAGE_STEP = "adapterlab and its dependencies (transformers, JupyterLab, plotly, ...): usually 1-3 minutes"
+
+
+def pip(python: Path, *args: str) -> None:
+    subprocess.run([str(python), "-m", "pip", "install", "--disable-pip-version-check", *args], check=True)
+
+
+def install_step(number: int, python: Path, what: str, *args: str) -> None:
+    """Install with pip, announced as step `number` of 2 with what it installs and how long it takes, and
+    closed with the time it took."""
+    print(f"[{number}/2] Installing {what} ...", flush=True)
+    start = time.monotonic()
+    pip(python, *args)
+    minutes, seconds = divmod(round(time.monotonic() - start), 60)
+    print(f"[{number}/2] Done in {minutes} min {seconds:02d} s.", flush=True)
+
+
+def install_torch(python: Path) -> None:
+    """Step 1: the pinned PyTorch, or the newest one where the pinned version has no build for this platform."""
+    try:
+        install_step(1, python, TORCH_STEP, TORCH)
+    except subprocess.CalledProcessError:
+        print(f"{TORCH} is not available for this platform; installing the newest PyTorch instead.", flush=True)
+        install_step(1, python, TORCH_STEP.replace(TORCH, "torch>=2.2"), "torch>=2.2")
 
 
 def ensure_environment() -> None:
@@ -59,13 +86,9 @@ def ensure_environment() -> None:
     if not venv_python().exists():
         print(f"Creating a virtual environment in {VENV} ...", flush=True)
         venv.EnvBuilder(with_pip=True).create(VENV)
-    print("Installing PyTorch, then adapterlab and its dependencies (first time only) ...", flush=True)
-    try:
-        pip("--quiet", TORCH)
-    except subprocess.CalledProcessError:
-        print(f"{TORCH} is not available for this platform; installing the newest PyTorch instead.", flush=True)
-        pip("--quiet", "torch>=2.2")
-    pip("--quiet", "-e", f"{ROOT}[test]")
+    print("First start (or pyproject.toml changed): installing in two steps.", flush=True)
+    install_torch(venv_python())
+    install_step(2, venv_python(), PACKAGE_STEP, "-e", f"{ROOT}[test]")
     STAMP.write_text(wanted + "\n")
 
 
@@ -80,9 +103,8 @@ def ensure_library_environment() -> None:
     try:
         if not python.exists():
             venv.EnvBuilder(with_pip=True).create(LIBRARY_VENV)
-        install = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-        subprocess.run([*install, TORCH], check=True)
-        subprocess.run([*install, *LIBRARY], check=True)
+        install_torch(python)
+        install_step(2, python, f"AdapterHub's {LIBRARY[0]}: usually 1-2 minutes", *LIBRARY)
     except (OSError, subprocess.CalledProcessError) as error:
         print(f"Could not make {LIBRARY_VENV} ({error}); the tests against AdapterHub will be skipped.", flush=True)
         return

@@ -1,0 +1,54 @@
+"""run.py's first start: each install step says what it installs and how long it usually takes before pip
+runs, and pip's own progress is shown (no --quiet). pip is replaced by a recorder; nothing is installed."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def run_py(tmp_path, monkeypatch, capsys):
+    """run.py with its .venv in tmp_path (taken as existing) and pip replaced by a recorder that notes what was
+    printed before each call."""
+    spec = importlib.util.spec_from_file_location("run_py_install", ROOT / "run.py")
+    run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run)
+    monkeypatch.setattr(run, "VENV", tmp_path / ".venv")
+    monkeypatch.setattr(run, "STAMP", tmp_path / ".venv" / "stamp.txt")
+    monkeypatch.setattr(run, "venv_python", lambda: tmp_path / "python")
+    (tmp_path / "python").write_text("")
+    (tmp_path / ".venv").mkdir()
+    run.calls = []
+
+    def record(command, check):
+        run.calls.append((command, capsys.readouterr().out))
+        if getattr(run, "refuse", None) and run.refuse in command:
+            raise subprocess.CalledProcessError(1, command)
+
+    monkeypatch.setattr(run.subprocess, "run", record)
+    return run
+
+
+def test_each_install_step_says_what_and_how_long_before_pip_runs_and_pip_shows_its_progress(run_py, capsys):
+    run_py.ensure_environment()
+    (torch, torch_said), (package, package_said) = run_py.calls
+    assert run_py.TORCH in torch and "-e" in package
+    assert not [command for command, _ in run_py.calls if "--quiet" in command or "-q" in command]
+    assert re.search(r"\[1/2\] Installing PyTorch .*\d+-\d+ minutes", torch_said)
+    assert re.search(r"\[2/2\] Installing adapterlab .*\d+-\d+ minutes", package_said)
+    assert "[1/2] Done in" in package_said and "[2/2] Done in" in capsys.readouterr().out
+
+
+def test_a_platform_without_the_pinned_torch_gets_the_newest_with_the_same_announcement(run_py):
+    run_py.refuse = run_py.TORCH
+    run_py.ensure_environment()
+    commands = [command for command, _ in run_py.calls]
+    assert run_py.TORCH in commands[0] and "torch>=2.2" in commands[1]
+    assert "not available for this platform" in run_py.calls[1][1] and "[1/2] Installing PyTorch (torch>=2.2)" in run_py.calls[1][1]
