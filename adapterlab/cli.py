@@ -47,6 +47,29 @@ def usage_errors():
         raise CommandError(str(error), USAGE) from error
 
 
+def _add_own_task_flags(parser: argparse.ArgumentParser) -> None:
+    """Flags that make a task of the user's own CSV/TSV/JSON files (adapterlab.training.data.own_task)."""
+    own = parser.add_argument_group("your own task (instead of --task)")
+    own.add_argument("--train-file", default=None, metavar="FILE", help="labelled rows to train on (.csv, .tsv, .json)")
+    own.add_argument("--dev-file", default=None, metavar="FILE", help="labelled rows to evaluate on (same columns)")
+    own.add_argument("--text-column", nargs="+", default=None, metavar="COL",
+                     help="the column holding the sentence, or two columns for sentence pairs")
+    own.add_argument("--label-column", default="label", metavar="COL", help="the column holding the class (default: label)")
+
+
+def _task_of(args) -> str | None:
+    """The task's name: the user's own files' (registered for this process) when they are given, else --task."""
+    from .training.data import get_task, own_task
+
+    given = [args.train_file, args.dev_file, args.text_column]
+    if not any(given):
+        return get_task(args.task).name if args.task else None
+    if not all(given):
+        raise CommandError("your own task needs --train-file, --dev-file and --text-column together", USAGE)
+    with usage_errors():
+        return own_task(args.train_file, args.dev_file, args.text_column, args.label_column).name
+
+
 def _add_training_settings(parser: argparse.ArgumentParser, *, seeds: bool, precision: str = "auto",
                            method_choices=None) -> None:
     """Every training setting as a flag, the same names on every subcommand that trains (declared once, in
@@ -107,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "the trained set")
     train.add_argument("--overwrite", action="store_true",
                        help="replace the run already in --out (only once the new run is written)")
+    _add_own_task_flags(train)
 
     evaluate = commands.add_parser("evaluate", help="evaluate a saved adapter set on its task's dev set")
     evaluate.add_argument("--checkpoint", required=True, metavar="DIR", help="a folder written by `adapterlab train`")
@@ -114,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--data", default=None, metavar="DIR", help="a GLUE folder (as for train)")
     evaluate.add_argument("--backbone", default=None, help="default: the backbone the adapter set was trained on")
     evaluate.add_argument("--max-eval", type=int, default=None, metavar="N", help="evaluate on N dev rows")
+    _add_own_task_flags(evaluate)
 
     sweep = commands.add_parser(
         "sweep", help="train a grid of settings x seeds into the run store; shards split it, a rerun resumes it",
@@ -270,9 +295,9 @@ def train_command(args) -> int:
     from .methods import saveable
     from .methods.checkpoints import save_adapter_set
     from .runs.folder import claim_run_folder, prepare_run_folder, recover_run_folder
-    from .training.data import check_glue_setting, get_task
+    from .training.data import check_glue_setting
 
-    task = get_task(args.task).name
+    task = _task_of(args)
     _check_rows("--max-train", args.max_train)
     _check_rows("--max-eval", args.max_eval)
     _check_sizes(args)
@@ -315,12 +340,17 @@ def _train_into(args, task, config, staging, saved_methods, save_adapter_set) ->
     """train_command once --out is claimed and its staging folder made: train, write, commit."""
     from .runs.folder import commit_run_folder, discard_staging, os_error_reason, write_metrics
     from .training import TrainingDiverged, run_experiment
+    from .training.backbones import STANDIN
 
     out = Path(args.out)
     keep = False  # a run written whole whose commit failed stays in its staging folder, and the message says so
     try:
         result = run_experiment(task, config, backbone=args.backbone, data_dir=args.data,
                                 max_train=args.max_train, max_eval=args.max_eval)
+        if result.backbone_info.loaded == STANDIN and not config.train_pooler:
+            print("adapterlab train: warning: the stand-in's pooler was never trained to summarise a sentence and "
+                  "stayed frozen (lab 5), which can leave the classifier at the majority class: pass --train-pooler",
+                  file=sys.stderr)
         report = {"status": "interrupted" if result.interrupted else "complete", "task": task, **result.to_dict()}
         report["checkpoint"] = str(out) if config.method in saved_methods else None
 
@@ -413,7 +443,7 @@ def evaluate_command(args) -> int:
         manifest = adapter_set_config(args.checkpoint)
         extra = manifest.get("extra") or {}
         trained_on = extra.get("task")
-        task = get_task(args.task or trained_on or "sst2")
+        task = get_task(_task_of(args) or trained_on or "sst2")
         if trained_on and task.name != get_task(trained_on).name:
             raise CommandError(f"the adapter set in {args.checkpoint} was trained on {trained_on}, not {task.name}: "
                                f"its classifier head scores {trained_on}'s labels; drop --task or pass --task "

@@ -77,6 +77,10 @@ class TaskSpec:
     #: The training split holds every phrase of its sentences' parse trees (SST-2): its rows contain one another,
     #: so validation rows drawn at random would also sit, word for word, inside rows that train.
     nested_rows: bool = False
+    #: A task of the user's own files (:func:`own_task`): (train file, dev file), read with ``datasets``, whose
+    #: columns ``hub_fields`` (the texts) and ``label_field`` hold the rows. Empty for GLUE's tasks.
+    files: tuple[str, ...] = ()
+    label_field: str = ""
 
     @property
     def is_pair(self) -> bool:
@@ -117,6 +121,11 @@ TASKS: dict[str, TaskSpec] = {
 def get_task(task: str | TaskSpec) -> TaskSpec:
     if isinstance(task, TaskSpec):
         return task
+    if str(task) in TASKS:  # an own task, registered by own_task under its fingerprint
+        return TASKS[str(task)]
+    if str(task).startswith(OWN_PREFIX):
+        raise ValueError(f"{task} is a task of your own files: pass the same --train-file, --dev-file, "
+                         "--text-column and --label-column it was trained with")
     key = str(task).lower().replace("-", "")
     if key not in TASKS:
         raise ValueError(f"task must be one of {', '.join(TASKS)}; got {task!r}")
@@ -237,6 +246,93 @@ def read_glue_tsv(path: str | os.PathLike, task: str | TaskSpec) -> tuple[list, 
     return texts, labels
 
 
+OWN_PREFIX = "own-"
+#: How datasets reads each kind of file: its builder and the builder's options.
+OWN_FORMATS = {".csv": ("csv", {}), ".tsv": ("csv", {"delimiter": "\t"}), ".json": ("json", {}),
+               ".jsonl": ("json", {})}
+
+
+def own_task(train_file, dev_file, text_columns, label_column: str) -> TaskSpec:
+    """A task of the user's own labelled sentences (one text column) or sentence pairs (two): a CSV, TSV or
+    JSON(-lines) train file and dev file, read with ``datasets`` and checked as GLUE's files are. The classes are
+    the train file's label values (sorted); the task is scored by accuracy. Its name carries a fingerprint of
+    both files and the columns, ``own-<12 hex digits>``, so that runs of other files never share a key; the
+    task is registered under it for the rest of the process (``get_task`` finds it)."""
+    text_columns = tuple(text_columns)
+    if len(text_columns) not in (1, 2):
+        raise DataError(f"give one text column (sentences) or two (sentence pairs); got {len(text_columns)}")
+    paths = tuple(Path(f).expanduser().resolve() for f in (train_file, dev_file))
+    digest = hashlib.sha256(repr((text_columns, label_column)).encode())
+    for path in paths:
+        _check_own_file(path)
+        digest.update(path.read_bytes())
+    name = OWN_PREFIX + digest.hexdigest()[:12]
+    draft = TaskSpec(name=name, glue_folder=name, num_labels=1,
+                     metric="accuracy", label_names=(), num_columns=0, text_columns=tuple(range(len(text_columns))),
+                     label_column=-1, header=None, hub_fields=text_columns, files=tuple(map(str, paths)),
+                     label_field=label_column)
+    values = sorted(set(_own_rows(paths[0], draft)[1]), key=lambda v: (not _is_int(v), int(v) if _is_int(v) else 0, v))
+    if len(values) < 2:
+        raise DataError(f"the label column {label_column!r} holds one value ({values}); a classifier needs two or "
+                        "more classes", paths[0])
+    spec = dataclasses.replace(draft, num_labels=len(values), label_names=tuple(values), label_values=tuple(values))
+    read_own_file(paths[1], spec)  # the dev file's columns and labels, checked now rather than after training
+    TASKS[spec.name] = spec
+    return spec
+
+
+def _check_own_file(path: Path) -> None:
+    if not path.is_file():
+        raise DataError("missing file", path)
+    if path.suffix.lower() not in OWN_FORMATS:
+        raise DataError(f"read CSV, TSV and JSON files ({', '.join(OWN_FORMATS)}); got {path.suffix or 'no suffix'}",
+                        path)
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise DataError(f"not UTF-8 text ({error}); save it as UTF-8", path) from None
+    if not text.strip():
+        raise DataError("empty file; expected a header row and labelled rows", path)
+
+
+def _own_rows(path: Path, spec: TaskSpec) -> tuple[list, list[str]]:
+    """Texts and label values (as text) of one of the user's files, through ``datasets``."""
+    import datasets
+
+    _check_own_file(path)
+    builder, options = OWN_FORMATS[path.suffix.lower()]
+    try:
+        rows = datasets.load_dataset(builder, data_files=str(path), split="train", **options)
+    except Exception as error:  # the builder's own parse errors: say which file, in one line
+        raise DataError(f"could not read it as {builder} ({str(error).splitlines()[0][:160]})", path) from None
+    wanted = (*spec.hub_fields, spec.label_field)
+    missing = [column for column in wanted if column not in rows.column_names]
+    if missing:
+        raise DataError(f"no column {', '.join(map(repr, missing))}; its columns are "
+                        f"{', '.join(map(repr, rows.column_names))}", path)
+    if len(rows) == 0:
+        raise DataError("no data rows after the header", path)
+    columns = [rows[name] for name in spec.hub_fields]
+    for name, column in zip(spec.hub_fields, columns):
+        empty = next((i for i, text in enumerate(column) if not isinstance(text, str) or not text.strip()), None)
+        if empty is not None:
+            raise DataError(f"row {empty + 1}: the text column {name!r} is empty", path)
+    texts = list(zip(*columns)) if len(columns) == 2 else list(columns[0])
+    return texts, [str(value).strip() for value in rows[spec.label_field]]
+
+
+def read_own_file(path, spec: TaskSpec) -> tuple[list, list[int]]:
+    """Texts and label ids of one of the user's files (:func:`own_task`); a label outside the task's classes is a
+    :class:`DataError` naming its row."""
+    texts, values = _own_rows(Path(path), spec)
+    value_to_id = {value: i for i, value in enumerate(spec.label_values)}
+    outside = next((i for i, value in enumerate(values) if value not in value_to_id), None)
+    if outside is not None:
+        raise DataError(f"row {outside + 1}: label {values[outside]!r} is outside the task's classes "
+                        f"({', '.join(spec.label_values)}, the train file's labels)", path)
+    return texts, [value_to_id[value] for value in values]
+
+
 def _is_int(value: str) -> bool:
     try:
         int(value)
@@ -313,6 +409,10 @@ def load_split(
     """
     spec = get_task(task)
     split = _check_split(split)
+    if spec.files:
+        texts, labels = read_own_file(spec.files[SPLITS.index(split)], spec)
+        return take_subset(Split(spec, split, texts, labels, Path(spec.files[SPLITS.index(split)]).name, is_toy=False),
+                           max_examples, seed)
     if source not in SOURCES:
         raise ValueError(f"source must be one of {', '.join(SOURCES)}; got {source!r}")
     if source in ("auto", "glue") or data_dir is not None:  # a forced hub or toy source ignores the variable
