@@ -565,6 +565,9 @@ def tune_command(args) -> int:
                 raise ValueError(f"--points: no point {unknown[0]!r}; the points are {', '.join(known)}")
             needed = set(wanted) | {known[label].near for label in wanted if known[label].near}
             points = tuple(point for point in tuning.POINTS if point.label in needed)
+        _check_validation_rows(task, tuning.PROTOCOLS[task].validation_rows, args.data)
+        if not args.report:
+            stores[0].check_writable()  # before anything trains, not after the first run
     command = tuning.continue_command(task, points=points, backbone=args.backbone, data_dir=args.data,
                                       store=args.store)
     if not args.report:
@@ -585,6 +588,20 @@ def tune_command(args) -> int:
         print(tuning.budget_table(tuning.budget_rows(task, stores, args.backbone, args.data), task))
     print(tuning.progress(task, tuning.stored_lookup(task, stores, args.backbone, args.data), points, command))
     return OK
+
+
+def _check_validation_rows(task: str, rows: int, data_dir) -> None:
+    """Raise a ValueError saying what to do when the task's training split cannot spare the protocol's
+    validation rows (the toy data, a cut-down copy): the protocol fixes the count, so only more data helps."""
+    from .training.data import carve_validation, load_split
+
+    train = load_split(task, "train", data_dir)
+    try:
+        carve_validation(train, rows)
+    except ValueError:
+        raise ValueError(f"the {task} protocol sets {rows:,} training rows aside to select on, more than the "
+                         f"{len(train):,} rows of {train.source} can spare: pass --data DIR (or set $ADAPTERLAB_DATA) "
+                         f"to the GLUE data, whose whole {task} training split has room for them") from None
 
 
 def ablate_command(args) -> int:

@@ -288,3 +288,35 @@ def test_count_reports_bad_input_in_the_common_style_and_prints_json(capsys):
     assert printed["backbone"] == "bert-base"
     # The paper's BERT-base Houlsby count with m = 64 (DESIGN.md's table), not a number from the code.
     assert "2379264" in json.dumps(printed).replace(",", "")
+
+
+# -------------------------------------------------------------------------------------- tune
+
+
+def test_tune_on_a_training_split_too_small_for_its_validation_rows_says_to_pass_the_data(tmp_path, capsys,
+                                                                                         monkeypatch):
+    no_loading(monkeypatch)
+    assert main(["tune", "--task", "cola", "--backbone", TINY, "--store", str(tmp_path)]) == USAGE
+    line = error_line(capsys, "tune")
+    assert "800 training rows aside" in line and "the 200 rows of" in line and "pass --data DIR" in line
+    assert "validation_rows" not in line and list(tmp_path.iterdir()) == []
+
+
+def test_tune_finds_a_store_it_cannot_write_before_anything_trains(tmp_path, capsys, monkeypatch):
+    from test_never_lose_work import read_only, small_disk
+
+    from adapterlab.runs import tuning
+
+    monkeypatch.setitem(tuning.PROTOCOLS, "sst2", tuning.Protocol("sst2", validation_rows=40, max_train=64, epochs=1.0,
+                                                                  eval_every=2))
+    no_loading(monkeypatch)
+    blocked = tmp_path / "a file"
+    blocked.write_text("")
+    tune = ["tune", "--task", "sst2", "--backbone", TINY, "--points", "head only", "--store"]
+    assert main([*tune, str(blocked / "store")]) == USAGE
+    assert f"the run store {blocked / 'store'} cannot be written" in error_line(capsys, "tune")
+    with small_disk(tmp_path / "disk") as disk:
+        read_only(disk)
+        assert main([*tune, str(disk / "store")]) == USAGE
+        line = error_line(capsys, "tune")
+        assert "cannot be written (the file system is read-only)" in line and "--store DIR" in line
