@@ -83,9 +83,7 @@ def check_bert(manifest: dict, tensors: dict) -> None:
 
 
 def write_json(path: Path, data: dict) -> None:
-    from ..runs.folder import write_new
-
-    write_new(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def export_record(manifest: dict, target: str) -> dict:

@@ -36,7 +36,7 @@ def export_set(run_folder, target: str, out, *, name: str | None = None, backbon
     AdapterHub adapter has no place for, beside it in ``trained_backbone.safetensors`` (see
     :mod:`adapterlab.interop.adapterhub`); without it such a set is refused.
     """
-    from ..runs.folder import writing_run_folder
+    from ..runs.folder import commit_run_folder, discard_staging, prepare_run_folder
 
     if target not in TARGETS:
         raise InteropError(f"--to must be one of {', '.join(TARGETS)}; got {target!r}")
@@ -51,9 +51,13 @@ def export_set(run_folder, target: str, out, *, name: str | None = None, backbon
             raise InteropError("--backbone-tensors is for --to adapterhub: a PEFT folder holds a trained pooler "
                                "itself (modules_to_save), and LoRA sets train no LayerNorms")
         options = {}
-    with writing_run_folder(out, overwrite=overwrite, command="export", reads=run_folder) as staging:
+    staging = prepare_run_folder(out, overwrite=overwrite)
+    try:
         write(manifest, tensors, staging, **options)
         write_json(staging / EXPORT_FILE, export_record(manifest, target))
+        commit_run_folder(staging, out)
+    finally:
+        discard_staging(staging)
     return Path(out)
 
 
@@ -67,7 +71,7 @@ def import_set(folder, out, *, backbone: str | None = None, task: str | None = N
     from ..training.backbones import load_backbone
     from ..methods.checkpoints import save_adapter_set
     from ..training.data import TASKS, get_task
-    from ..runs.folder import writing_run_folder
+    from ..runs.folder import commit_run_folder, discard_staging, prepare_run_folder
 
     folder = Path(folder)
     if not folder.is_dir():
@@ -105,12 +109,16 @@ def import_set(folder, out, *, backbone: str | None = None, task: str | None = N
                            f"{spec.num_labels}: pass the --task it was trained on")
     task_name = spec.name
     seed = int(record.get("seed", 0))
-    with writing_run_folder(out, overwrite=overwrite, command="import", reads=folder) as staging:
+    staging = prepare_run_folder(out, overwrite=overwrite)
+    try:
         model, _, info = load_backbone(name, num_labels=plan["num_labels"], fallback=False, seed=seed)
         plan["apply"](model)
         save_adapter_set(model, staging, backbone=info,
                          extra={"task": task_name, "seed": seed,
                                 "imported_from": {"kind": kind, "folder": str(folder), "base_model": plan["base_model"]}})
+        commit_run_folder(staging, out)
+    finally:
+        discard_staging(staging)
     summary = {"kind": kind, "method": plan["method"], "backbone": info.loaded, "task": task_name}
     return Path(out), {**summary, **({"notes": plan["notes"]} if plan.get("notes") else {})}
 
