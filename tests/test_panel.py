@@ -12,6 +12,7 @@ from adapterlab import profiles
 from adapterlab.backbones import TINY, TINY_CONFIG
 from adapterlab.data import TOY_DIR
 from adapterlab.panel import TrainingPanel
+from adapterlab.runs.reference import REFERENCE_BACKBONE, REFERENCE_CONFIG
 from adapterlab.training import History, TrainConfig, TrainingDiverged
 
 D, LAYERS, LABELS = TINY_CONFIG["hidden_size"], TINY_CONFIG["num_hidden_layers"], 2
@@ -272,3 +273,42 @@ def test_auto_in_the_panel_probes_once_on_the_kept_backbone(panel, monkeypatch):
     assert loads == [1] and probes == [1]
     assert first.config.precision == second.config.precision == panel.runs[1]["precision"]
     assert first.precision.requested == "auto"
+
+
+STANDIN_STUDENT = next(profile for name, profile in profiles.variants().items()
+                       if name.startswith("student") and profile.sized_for == REFERENCE_BACKBONE)
+
+
+def test_on_the_reference_backbone_the_panel_starts_at_a_stored_reference_run(monkeypatch):
+    """The reference runs (data/reference_runs) were made with REFERENCE_CONFIG; the first press of Train
+    shows one of them only if the panel's starting settings equal it in every setting that keys a run."""
+    monkeypatch.setattr(panel_module, "current_profile", lambda: STANDIN_STUDENT)
+    settings = TrainingPanel("sst2").settings()
+    for name in ("method", "bottleneck", "init_scale", "max_steps", "batch_size", "eval_every", "train_pooler",
+                 "precision", "seed"):
+        assert getattr(settings, name) == getattr(REFERENCE_CONFIG, name), name
+
+
+def test_elsewhere_the_panel_starts_at_its_profiles_steps(monkeypatch):
+    ci = profiles.get_profile("ci")
+    monkeypatch.setattr(panel_module, "current_profile", lambda: ci)
+    assert TrainingPanel("sst2").steps.value == ci.panel_steps
+    assert TrainingPanel("sst2", backbone=TINY).steps.value == ci.panel_steps
+
+
+def test_the_status_says_what_happens_while_a_run_trains(panel):
+    said, bars = [], []
+    panel.status.observe(lambda change: said.append(change["new"]), names="value")
+    panel.progress.observe(lambda change: bars.append(change["new"]), names="value")
+    panel.train_button.click()
+    assert said[0].startswith("Looking for a stored run 1")
+    assert any("loading the backbone" in text for text in said)
+    training = [text for text in said if text.startswith("Training run 1")]
+    assert any("step 5 of 10" in text for text in training) and any("step 10 of 10" in text for text in training)
+    assert 10 in bars and panel.progress.layout.visibility == "hidden", "the bar filled, then hidden"
+    assert said[-1].startswith("Run 1 finished")
+
+
+def test_the_panel_says_how_to_get_it_back_after_a_page_reload(panel):
+    text = panel._repr_mimebundle_()["text/plain"]
+    assert "VBox(" not in text and "run this cell again" in text

@@ -73,3 +73,10 @@ def test_counts_explorer_bert_large_and_frozen_layernorms():
 
 def test_html_table_escapes():
     assert "&lt;b&gt;" in widgets.html_table(["x"], [["<b>"]])
+
+
+def test_an_explorer_says_how_to_get_it_back_where_it_cannot_be_drawn():
+    """JupyterLab shows the plain-text part of a widget's output where the widget cannot be drawn (a reloaded
+    page): it must say what to do, not show Python's VBox(children=...)."""
+    text = widgets.counts_explorer()._repr_mimebundle_()["text/plain"]
+    assert "VBox(" not in text and "run this cell again" in text

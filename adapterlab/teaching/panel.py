@@ -1,6 +1,11 @@
 """The training panel of the SST-2 and CoLA labs: pick r, init scale, placement, learning rate and
 steps, press Train, watch the curves, compare every run in a table.
 
+The panel starts at the reference runs' settings where its runs can be theirs (300 steps on the stand-in),
+so that the first press of Train shows a stored run. Its status line says what happens (looking up,
+loading, training with the step reached and a progress bar), and where the page was reloaded the cell's
+text says to run it again to get the panel back.
+
 The panel holds no training logic: :meth:`TrainingPanel.train_once` turns the controls into a
 :class:`adapterlab.training.TrainConfig` and looks it up in the run store (:mod:`adapterlab.runstore`:
 the student's own runs, then the reference runs shipped with the labs). A stored run is shown at once,
@@ -30,7 +35,9 @@ import ipywidgets as widgets
 from tqdm.auto import tqdm
 
 from .plots import display_data, training_figure
+from .widgets import reloadable
 from .. import methods
+from ..runs.reference import REFERENCE_BACKBONE, REFERENCE_CONFIG, SEEDS
 from ..training.precision import check_precision
 from .profiles import current_profile
 from ..runs.store import default_stores, history_of, precision_for, run_or_load
@@ -90,7 +97,8 @@ class TrainingPanel:
         self.max_eval = profile.max_eval if max_eval is None else max_eval
         self.config = config or TrainConfig(batch_size=profile.batch_size, seed=profile.seed,
                                             eval_every=profile.panel_eval_every, train_pooler=profile.train_pooler)
-        steps = profile.panel_steps if steps is None else steps
+        if steps is None:
+            steps = REFERENCE_CONFIG.max_steps if self._reference_sized(profile, backbone) else profile.panel_steps
         self.stores = default_stores() if stores is None else list(stores)
         self.runs: list[dict] = []
         self.figure = None
@@ -117,6 +125,7 @@ class TrainingPanel:
         self.retrain_button = widgets.Button(description="Train again", icon="refresh", disabled=True,
                                              tooltip="re-train these settings instead of showing the stored run")
         self.status = widgets.HTML(value="Choose the settings and press <b>Train</b>.")
+        self.progress = widgets.IntProgress(value=0, min=0, max=1, layout={"visibility": "hidden", "width": "20em"})
         self.log = widgets.Output()  # the run's progress bar and what it loaded
         self.chart = widgets.Output(layout={"min_height": "360px"})
         self.table = widgets.HTML(value=self._table_html())
@@ -128,11 +137,22 @@ class TrainingPanel:
             layout={"flex": "0 0 auto", "width": "28em"},  # the sliders keep their width and readouts
         )
         buttons = widgets.HBox([self.train_button, self.retrain_button])
-        actions = widgets.VBox([buttons, self.status, self.log], layout={"flex": "1 1 auto"})
+        actions = widgets.VBox([buttons, self.status, self.progress, self.log], layout={"flex": "1 1 auto"})
         self.widget = widgets.VBox([widgets.HBox([controls, actions]), self.chart, self.table])
 
     def _repr_mimebundle_(self, **kwargs):
-        return self.widget._repr_mimebundle_(**kwargs)
+        bundle = reloadable(self.widget._repr_mimebundle_(**kwargs), "The training panel")
+        return {**bundle, "text/plain": bundle["text/plain"] + " Its runs are kept: the same settings show at once."}
+
+    def _reference_sized(self, profile, backbone: str | None) -> bool:
+        """Whether this panel's runs have the reference runs' settings but for the controls (their backbone,
+        all of the data, their batch size, pooler and a seed of theirs): then the steps start at the
+        reference runs' count, so that the first press of Train shows a stored run at once."""
+        loads = profile.sized_for if backbone is None else backbone
+        reference = REFERENCE_CONFIG
+        return (loads == REFERENCE_BACKBONE and self.max_train is None and self.max_eval is None
+                and self.config.batch_size == reference.batch_size and self.config.train_pooler == reference.train_pooler
+                and self.config.seed in SEEDS and self.config.eval_every in (None, reference.eval_every))
 
     def _placement_changed(self, change) -> None:
         # A method without a size or an init scale (the head alone, BitFit) leaves those controls off.
@@ -177,22 +197,53 @@ class TrainingPanel:
         self.figure = training_figure(history)
         self.chart.outputs = (display_data(self.figure),)
 
+    def _say(self, text: str, done: int | None = None, total: int | None = None) -> None:
+        """The status line, and the progress bar under it (hidden when ``total`` is None)."""
+        self.status.value = text
+        self.progress.layout.visibility = "hidden" if total is None else "visible"
+        if total is not None:
+            self.progress.max, self.progress.value = total, done or 0
+
+    def _watched(self, number: int, config: TrainConfig):
+        """The loader, trainer and callback of run ``number``, each saying in the status line what happens now:
+        loading, training (the bar moves at each evaluation; the bar in the log below counts every step)."""
+        total = config.max_steps
+
+        def loader(*args, **kwargs):
+            self._say(f"Run {number} is not stored: loading the backbone and the data (once per panel) …", 0, total)
+            return self.load(*args, **kwargs)
+
+        def trainer(*args, **kwargs):
+            self._say(f"Training run {number} ({config.method}, {total} steps): starting …", 0, total)
+            return run_experiment(*args, **kwargs)
+
+        def callback(history) -> None:
+            self._show(history)
+            step = history.steps[-1] if history.steps else 0
+            score = history.evals[-1].get(history.metric) if history.evals else None
+            so_far = f"; dev {history.metric} {score:.3f} so far" if score is not None else ""
+            self._say(f"Training run {number} ({config.method}): step {step} of {total}{so_far} …", step, total)
+
+        return loader, trainer, callback
+
     def train_once(self, retrain: bool = False):
         """Show the stored run with the current settings, or train it (``retrain``: train even when stored);
         update chart, table and status. Returns the TrainResult of a run trained now, else None (a stored
         run, or a diverged one: the status line then says why). ``last_record`` holds the run either way."""
         config = self.settings()
         self.train_button.disabled = self.retrain_button.disabled = True
-        self.status.value = f"Looking up run {len(self.runs) + 1} ({config.method}) …"
+        self._say(f"Looking for a stored run {len(self.runs) + 1} with these settings ({config.method}) …")
         self.log.clear_output()
+        loader, trainer, callback = self._watched(len(self.runs) + 1, config)
         try:
             with self.log:
                 found = run_or_load(self.task, config, backbone=self.backbone, data_dir=self.data_dir,
                                     max_train=self.max_train, max_eval=self.max_eval, fallback=self.fallback,
-                                    stores=self.stores, retrain=retrain, callback=self._show,
-                                    trainer=run_experiment, loader=self.load)
+                                    stores=self.stores, retrain=retrain, callback=callback,
+                                    trainer=trainer, loader=loader)
         finally:
             self.train_button.disabled = False
+            self.progress.layout.visibility = "hidden"
         record, number = found.record, len(self.runs) + 1
         self.last_record, self.last_result = record, found.result
         self.retrain_button.disabled = not found.stored

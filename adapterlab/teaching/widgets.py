@@ -31,6 +31,14 @@ EXPLORER_SCALES = [float(f"{s:.4g}") for s in np.logspace(-7, 0, 29)]
 COUNT_BOTTLENECKS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
 
 
+def reloadable(bundle: dict, what: str) -> dict:
+    """A widget's display bundle whose plain-text part says how to get the widget back. JupyterLab shows that
+    text where it cannot draw the widget (after the page is reloaded, or in a saved notebook without its
+    kernel), instead of Python's ``VBox(children=...)``."""
+    return {**bundle, "text/plain": f"{what} is a live widget: it shows while the notebook's kernel runs. After "
+                                    "reloading the page, run this cell again to get it back."}
+
+
 def html_table(header: list[str], rows: list[list]) -> str:
     """A small HTML table (numbers right-aligned)."""
     def cell(value, tag):
@@ -55,6 +63,9 @@ class Panel(widgets.VBox):
         for control in controls.values():
             control.observe(lambda _change: self.update(), names="value")
         self.update()
+
+    def _repr_mimebundle_(self, **kwargs):
+        return reloadable(super()._repr_mimebundle_(**kwargs), "This explorer")
 
     def update(self) -> None:
         values = {name: control.value for name, control in self.controls.items()}
