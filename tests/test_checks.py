@@ -414,7 +414,7 @@ def test_general_gradients_name_the_mistake():
     _fails(check, first_token, "single token")
     _fails(check, slope_without_bias, "left out b_down")
     _fails(check, up_without_f, "∂L/∂W_up", "left out the nonlinearity")
-    _fails(check, zero_down_always, "Follow δ backwards")  # the step-zero answer is not the general one
+    _fails(check, zero_down_always, "step-zero answer", "W_up ≠ 0")  # the step-zero answer is not the general one
 
 
 def by_autograd(adapter, h, delta):
@@ -538,7 +538,7 @@ def test_general_gradients_name_the_nonlinearity_of_the_failing_case():
         z, back = parts(adapter, h, delta)
         return (back * (1 - torch.tanh(z) ** 2)).T @ h, delta.T @ adapter.act(z)
 
-    _fails(checks.check_adapter_gradients, tanh_only, "f = gelu")
+    _fails(checks.check_adapter_gradients, tanh_only, "slope of tanh", "f_prime(adapter.act, z)", "f = gelu")
 
 
 def test_general_gradients_report_a_stub_as_missing():

@@ -417,7 +417,7 @@ def matthews_rounded(labels, predictions):
         (matthews_perfect_is_one, ("perfect predictions of labels of one class only", "defined as 0")),
         (matthews_zero_only_for_all_ones, ("always 0", "return 0.0 instead of dividing")),
         (matthews_guarding_the_cases_it_thought_of, ("no 1 at all", "return 0.0 instead of dividing")),
-        (matthews_rounded, ("the Matthews correlation is",)),
+        (matthews_rounded, ("the Matthews correlation is", "rounded the score to 2 decimal places")),
     ],
     ids=lambda value: getattr(value, "__name__", None) if callable(value) else None,
 )

@@ -214,7 +214,9 @@ def _diagnose_forward(out: torch.Tensor, h: torch.Tensor, adapter: nn.Module) ->
         return "Your adapter returns h unchanged: it must add its correction, computed from h, to h."
     return (
         "Your adapter's output is not h + up(f(down(h))) for f = GELU, ReLU, SiLU or tanh "
-        f"(largest difference {(out - h - up(F.gelu(z))).abs().max().item():.2g} from the GELU version)."
+        f"(largest difference {(out - h - up(F.gelu(z))).abs().max().item():.2g} from the GELU version). Likely "
+        "causes: a nonlinearity other than these, a scale or an extra term in the sum, or a projection used twice or "
+        "in the other order."
     )
 
 
@@ -583,13 +585,24 @@ def _diagnose_down_gradient(grad_down, adapter, h, delta, reference: torch.Tenso
     for value, message in mistakes:
         if close_enough(grad_down, value):
             return message
+    if not torch.count_nonzero(grad_down):
+        return ("Your ∂L/∂W_down is zero: that is the step-zero answer, right only while W_up = 0. Here W_up ≠ 0, so δ "
+                "reaches the bottleneck through W_upᵀ and W_down gets a gradient: write the general chain rule.")
+    for other, f in _NONLINEARITIES.items():
+        z_other = z.detach().requires_grad_()
+        with torch.enable_grad():
+            other_slope = torch.autograd.grad(f(z_other).sum(), z_other)[0]
+        if not close_enough(other_slope, slope) and close_enough(grad_down, (back * other_slope).T @ h):
+            return (f"You used the slope of {other}, but this adapter's f is {adapter.activation_name}: take f′ of the "
+                    "adapter's own nonlinearity, f_prime(adapter.act, z), not a formula for one f.")
     for t in range(tokens):
         if close_enough(grad_down, ((back[t] * slope[t])[:, None] * h[t][None, :])):
             return "You used a single token; L sums over all tokens, so ∂L/∂W_down sums their contributions."
     return (
         "Your ∂L/∂W_down does not match autograd (largest difference "
         f"{(grad_down - reference).abs().max().item():.2g}). Follow δ backwards step by step: through the "
-        "up-projection, through f, then through the down-projection."
+        "up-projection, through f, then through the down-projection. Likely causes: a size or a loop range written "
+        "in (right at one size only), f′ taken at another point, or W_up used in another shape."
     )
 
 
@@ -617,7 +630,9 @@ def _diagnose_up_gradient(grad_up, adapter, h, delta, reference: torch.Tensor) -
             return message
     return (
         "Your ∂L/∂W_up does not match autograd (largest difference "
-        f"{(grad_up - reference).abs().max().item():.2g})."
+        f"{(grad_up - reference).abs().max().item():.2g}). It is δᵀ f(z): the residual passes δ unchanged to "
+        "the up-projection, whose input is f(z) = f(W_down h + b_down), summed over the tokens. Likely causes: "
+        "something other than δ on the left (A(h) − h, or δ through W_up), or f at another point."
     )
 
 
@@ -804,7 +819,9 @@ def _check_one_fold(name: str, fold_fn, dense, adapter, x) -> None:
         else:
             problem = (
                 "Your folded layer's output differs from dense followed by the adapter (largest difference "
-                f"{(got - reference).abs().max().item():.2g}). {_FOLD_ORDER}"
+                f"{(got - reference).abs().max().item():.2g}), and neither its weight nor its output matches a "
+                f"mistake we know. {_FOLD_ORDER} Likely causes: W multiplied from the right, a transposed "
+                "W_up W_down, or a bias term used twice."
             )
     raise CheckFailed(problem + size)
 
@@ -893,10 +910,13 @@ def _check_one_parallel_fold(name: str, fold_fn, projection, adapter, scale, x) 
             for bias, message in bias_mistakes:
                 if close_enough(folded.bias, bias):
                     raise CheckFailed(message)
-            raise CheckFailed("The weight is right but the bias is not: collect every constant the adapter adds.")
+            raise CheckFailed("The weight is right but the bias is not: b' = b + s·(W_up·b_down + b_up). Likely "
+                              "causes: the projection's bias left out or scaled, or b_up counted twice.")
         raise CheckFailed(
             "Your folded layer's output differs from the projection plus the scaled adapter (largest difference "
-            f"{(got - reference).abs().max().item():.2g})."
+            f"{(got - reference).abs().max().item():.2g}); the weight should be W + s·W_up W_down. Likely causes: "
+            "the scale on part of the product only, W_down W_up in the other order, or the projection's weight "
+            "left out."
         )
 
 
@@ -1017,7 +1037,8 @@ def check_trained_count(count_fn) -> None:
         raise CheckFailed(
             f"{call} returned {got!r}; the model trains {expected:,}, off by {got - expected:+,}. No single "
             f"mistake we know gives that number; it is made of {_count_parts(d, n_layers, r, placement, train_layernorm, num_labels)}: "
-            "count each part on its own and compare with print(model)."
+            "count each part on its own and compare with print(model). Likely causes: a branch of your code that only "
+            "this placement or LayerNorm choice reaches, or a size written in for one model."
         )
     report_passed(
         f"Your count matches a real model on all {len(TRAINED_COUNT_CASES)} cases, e.g. BERT-large, Pfeiffer, r = 64, "
@@ -1124,7 +1145,8 @@ def _diagnose_names(missing: set, extra: set, existing: set, placement: str, got
         return (f"You included frozen backbone weights such as {example}: only adapters, LayerNorms and the "
                 "classifier train.")
     listed = sorted(missing)[:2] + sorted(extra)[:2]
-    return f"Your set differs from the model's: for example {', '.join(listed)}."
+    return (f"Your set differs from the model's: for example {', '.join(listed)}. Compare your names with "
+            "model.named_parameters() after add_adapters, group by group.")
 
 
 @plain_errors

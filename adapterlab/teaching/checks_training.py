@@ -465,6 +465,9 @@ def _matthews_mistake(got: float, labels, predictions) -> str | None:
         (_mcc(tp, fn, fp, tn), "You swapped TN and FN: a true negative is a 0 label predicted 0, a false negative "
          "a 1 label predicted 0 (true/false says whether the prediction is right)."),
     ]
+    right = _mcc(tp, tn, fp, fn)
+    candidates += [(round(right, digits), f"You rounded the score to {digits} decimal places: return it as computed, "
+                    "and round only where you print it.") for digits in (4, 3, 2, 1) if right is not None]
     for value, message in candidates:
         if value is not None and math.isclose(got, value, rel_tol=1e-6, abs_tol=1e-9):
             return message
@@ -501,7 +504,10 @@ def check_matthews(matthews_fn) -> None:
             continue
         problem = zero if degenerate else _matthews_mistake(value, labels, predictions)
         raise CheckFailed(f"{call} returned {value:.4f}; the Matthews correlation is {expected:.4f}. "
-                          + (problem or "Count TP, TN, FP and FN from the two arrays, then apply the formula."))
+                          + (problem or "Count TP, TN, FP and FN from the two arrays, then apply the formula. "
+                                        "Likely causes: 0 taken as the positive class (1 = acceptable is), a count "
+                                        "mixed up, or the numerator or root written differently from "
+                                        "(TP·TN − FP·FN) / √((TP+FP)(TP+FN)(TN+FP)(TN+FN))."))
     report_passed("Your Matthews correlation matches the correlation of labels and predictions on 4 random label sets "
             "and at CoLA's sizes (1,043 and 8,551), and gives 0 for a constant predictor and labels of either class alone, 1 when "
             "perfect, −1 when inverted.")
@@ -646,7 +652,8 @@ def _ablation_mistake(model, score, values: dict, expected: dict, left_off: list
                 "adapter back on right after each evaluation, not only at the end.")
     worst = max(expected, key=lambda s: abs(values[s] - expected[s]))
     return (f"Your score for span {worst} is {values[worst]:.5f}; with the adapters of layers {worst[0]}..{worst[1]} "
-            f"off (and all others on) the model scores {expected[worst]:.5f}.")
+            f"off (and all others on) the model scores {expected[worst]:.5f}. Likely causes: spans keyed (j, i) or "
+            "by another numbering, layers switched off other than i..j, or something else stored than score(model).")
 
 
 def _ablation_model():
@@ -940,7 +947,9 @@ def _serving_mistake(rows, requests, reference) -> str:
             return (f"Request {k} ({requests[k][0]!r}) was answered with the {o[1]!r} adapter set, still loaded from "
                     "before: load a group's adapter set before running that group.")
     return ("Your outputs differ from what one model per task answers; for each task load its adapter set "
-            "(load_adapter_set), run its requests, and store each output at its request's position.")
+            "(load_adapter_set), run its requests, and store each output at its request's position. Likely causes: "
+            "rows stacked in another order than their positions, a set loaded for the wrong group, or the logits "
+            "changed after the forward pass (a softmax, a rounding).")
 
 
 # --------------------------------------------------------------------------------------------------
