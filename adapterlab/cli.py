@@ -660,6 +660,8 @@ def slides_command(args) -> int:
     try:
         decks = export_slides(args.labs or None, args.out, pdf=getattr(args, "pdf", False))
     except (LabNotFoundError, OutputFolderError) as error:
+        for line in getattr(error, "details", ()):  # a line per file that failed, above the summary
+            print(f"  {line}", file=sys.stderr)
         raise CommandError(str(error), USAGE) from None
     for deck in decks:
         print(deck)

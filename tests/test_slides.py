@@ -195,3 +195,30 @@ def test_every_lab_exports_to_an_offline_deck(tmp_path):
     for deck in decks:
         assert_offline(deck)
         assert "Error displaying widget" not in deck.read_text(encoding="utf-8")
+
+
+def test_a_copy_that_fails_for_many_files_names_a_few_one_line_each(tmp_path, capsys, monkeypatch):
+    """shutil.copytree reports every file it could not write as a (source, destination, reason) tuple; the
+    command shows a line for each of the first few, the count of the rest, and one summary line."""
+    import shutil
+
+    from adapterlab.teaching import slides
+
+    lab = tmp_path / "01_small.ipynb"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [cell("md", "# Only text", "slide")]
+    nbformat.write(nb, lab)
+    out = tmp_path / "out"
+    failures = [(f"/src/mathjax/file{i}.js", str(out / "lib" / "mathjax" / f"file{i}.js"),
+                 f"[Errno 28] No space left on device: '{out}/lib/mathjax/file{i}.js'") for i in range(40)]
+
+    def full_disk(*args, **kwargs):
+        raise shutil.Error(failures)
+
+    monkeypatch.setattr(slides.shutil, "copytree", full_disk)
+    assert main(["slides", str(lab), "--out", str(out)]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[:3] == [f"  cannot write {out / 'lib' / 'mathjax' / f'file{i}.js'} (no space left on device)" for i in range(3)]
+    assert lines[3] == "  ... and 37 more" and len(lines) == 5
+    assert lines[4].startswith(f"adapterlab slides: cannot write slides to {out}: 40 files failed (no space left")
+    assert "Errno" not in lines[4] and "(" not in lines[4].split("failed", 1)[0] and len(lines[4]) < 200

@@ -12,6 +12,7 @@ labs put a static snapshot figure right after each widget cell.
 from __future__ import annotations
 
 import importlib.util
+import re
 import shutil
 from pathlib import Path
 
@@ -110,17 +111,35 @@ def slides_exporter() -> SlidesExporter:
 
 class SlidesError(ValueError):
     """A deck cannot be made: a notebook that does not read, or an output folder that cannot be written.
-    The message names the file or folder and what to do."""
+    The message names the file or folder and what to do; ``details`` holds a line per file that failed
+    (at most SHOWN_FAILURES of them, then how many more)."""
+
+    details: tuple[str, ...] = ()
 
 
 class OutputFolderError(SlidesError):
     """The output folder cannot be created or written."""
 
 
+SHOWN_FAILURES = 3  # files a failed copy names one by one; the others are counted
+_ERRNO = re.compile(r"^\[Errno \d+\] ([^:]+).*$", re.S)
+
+
 def _output_error(out_dir: Path, error: OSError) -> OutputFolderError:
-    """The one-line error for an OSError met while writing into ``out_dir``."""
+    """The one-line error for an OSError met while writing into ``out_dir``. A copy of a folder fails with
+    one (source, destination, reason) per file (shutil.Error): those become ``details``, a line each."""
+    advice = "pass --out a folder you can write to"
+    if isinstance(error, shutil.Error) and error.args and isinstance(error.args[0], list):
+        failures = [(str(failure[1]), _ERRNO.sub(r"\1", str(failure[2])).lower()) for failure in error.args[0]]
+        shown = [f"cannot write {path} ({why})" for path, why in failures[:SHOWN_FAILURES]]
+        more = [f"... and {len(failures) - len(shown)} more"] if len(failures) > len(shown) else []
+        reasons = ", ".join(dict.fromkeys(why for _, why in failures))
+        made = OutputFolderError(f"cannot write slides to {out_dir}: {len(failures)} "
+                                 f"file{'s' if len(failures) != 1 else ''} failed ({reasons}); {advice}")
+        made.details = tuple(shown + more)
+        return made
     reason = (error.strerror or str(error)).lower()
-    return OutputFolderError(f"cannot write slides to {out_dir} ({reason}); pass --out a folder you can write to")
+    return OutputFolderError(f"cannot write slides to {out_dir} ({reason}); {advice}")
 
 
 def _export_one(exporter: SlidesExporter, notebook: Path) -> str:
