@@ -432,7 +432,6 @@ def evaluate_command(args) -> int:
     from .training.backbones import load_backbone
     from .training.data import check_glue_setting, get_task, load_split, tokenize
     from .training.evaluation import evaluate, pick_device
-    from .validation import json_safe
 
     _check_rows("--max-eval", args.max_eval)
     _check_sizes(args)
@@ -459,11 +458,12 @@ def evaluate_command(args) -> int:
     print(f"eval: {split.describe()}")
     broken = sorted(name for name, value in metrics.items()
                     if isinstance(value, float) and not math.isfinite(value))
-    status = {"status": "complete"} if not broken else {
-        "status": "non-finite", "why": f"{', '.join(broken)} came out NaN or infinite (shown as null): the adapter set "
-                                       "or the backbone overflowed on these rows"}
+    if broken:  # outputs that overflowed make every prediction, and so the score, meaningless
+        raise CommandError(f"{', '.join(broken)} came out NaN or infinite on the {len(split)} dev rows: the adapter set "
+                           "or the backbone overflowed, so no score is reported; train the adapter set again (a lower "
+                           "learning rate)", FAILED)
     print(f"{task.metric} {metrics[task.metric]:.4f} on {len(split)} dev rows")
-    print(json.dumps(json_safe({"task": task.name, "metrics": metrics, "toy_data": split.is_toy, **status}),
+    print(json.dumps({"task": task.name, "metrics": metrics, "toy_data": split.is_toy, "status": "complete"},
                      allow_nan=False))
     return OK
 

@@ -514,3 +514,43 @@ def test_a_first_save_killed_at_any_instant_leaves_nothing_or_the_new_set(make_c
             save_adapter_set(new, folder)
             assert sorted(p.name for p in folder.iterdir()) == [CONFIG_FILE, TENSORS_FILE]
     assert seen == {"none", "new"}
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["sst2", 7], "'extra' is a JSON list, not an object"),
+    ({"seed": "7"}, "extra.seed is '7', not an integer from 0 to 4294967295"),
+    ({"seed": [7]}, "extra.seed is [7], not an integer"),
+    ({"seed": None}, "extra.seed is None, not an integer"),
+    ({"seed": 2**32}, "extra.seed is 4294967296, not an integer from 0 to 4294967295"),
+    ({"seed": -1}, "extra.seed is -1, not an integer"),
+    ({"seed": True}, "extra.seed is True, not an integer"),
+    ({"task": ["sst2"]}, "extra.task is ['sst2'], not a task's name"),
+])
+def test_a_sealed_manifest_whose_extra_is_not_what_train_writes_is_named_by_file_and_field(saved, make_classifier,
+                                                                                           extra, words):
+    rewrite_config(saved[1], lambda manifest: manifest.update(extra=extra))
+    with pytest.raises(CheckpointError) as refused:
+        load_adapter_set(make_classifier(), saved[1])
+    assert str(refused.value).startswith(f"{saved[1] / CONFIG_FILE} is malformed: {words}")
+
+
+@pytest.mark.parametrize("value, dtype, words", [
+    (float("nan"), None, "holds NaN or infinite values;"),
+    (float("-inf"), None, "holds NaN or infinite values;"),
+    (1e6, torch.float16, "holds NaN or infinite values in torch.float16;"),  # float16 ends at 65504
+])
+def test_weights_that_are_not_finite_are_refused_at_save_and_the_set_before_is_kept(make_classifier, tmp_path, value,
+                                                                                   dtype, words):
+    model = trained(make_classifier())
+    save_adapter_set(model, tmp_path / "set")
+    before = {path.name: path.read_bytes() for path in (tmp_path / "set").iterdir()}
+    name = sorted(saved_parameters(model))[-1]
+    with torch.no_grad():
+        saved_parameters(model)[name].view(-1)[0] = value
+    with pytest.raises(CheckpointError) as refused:
+        save_adapter_set(model, tmp_path / "set", dtype=dtype)
+    assert str(refused.value).startswith(f"tensor {name} {words} nothing was saved to {tmp_path / 'set'}")
+    assert {path.name: path.read_bytes() for path in (tmp_path / "set").iterdir()} == before
+    with pytest.raises(CheckpointError, match="nothing was saved"):
+        save_adapter_set(model, tmp_path / "new", dtype=dtype)
+    assert not (tmp_path / "new").exists()

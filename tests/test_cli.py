@@ -320,3 +320,41 @@ def test_tune_finds_a_store_it_cannot_write_before_anything_trains(tmp_path, cap
         assert main([*tune, str(disk / "store")]) == USAGE
         line = error_line(capsys, "tune")
         assert "cannot be written (the file system is read-only)" in line and "--store DIR" in line
+
+
+# -------------------------------------------------------------------------------------- evaluate: what it reads
+
+
+@pytest.mark.parametrize("extra, words", [
+    ([{"task": "sst2"}], "'extra' is a JSON list, not an object"),
+    ({"task": "sst2", "seed": "3"}, "extra.seed is '3', not an integer"),
+    ({"task": "sst2", "seed": 10**30}, f"extra.seed is {10**30}, not an integer from 0 to 4294967295"),
+])
+def test_evaluate_names_the_file_and_field_of_a_sealed_manifests_bad_extra(tmp_path, capsys, monkeypatch, extra, words):
+    from adapterlab.checkpoints import manifest_checksum
+
+    out = tmp_path / "run"
+    assert train(out) == OK
+    path = out / "adapter_config.json"
+    manifest = {**json.loads(path.read_text()), "extra": extra}
+    path.write_text(json.dumps({**manifest, "checksum": manifest_checksum(manifest)}))
+    no_loading(monkeypatch)
+    capsys.readouterr()
+    assert main(["evaluate", "--checkpoint", str(out)]) == USAGE
+    assert f"{path} is malformed: {words}" in error_line(capsys, "evaluate")
+
+
+def test_evaluate_reports_no_score_when_the_outputs_overflowed(tmp_path, capsys, monkeypatch):
+    """NaN logits still have an argmax: the accuracy of such a model is a number, and meaningless."""
+    from adapterlab.training import evaluation
+
+    out = tmp_path / "run"
+    assert train(out) == OK
+    capsys.readouterr()
+    for broken in ({"accuracy": 0.5, "loss": math.nan}, {"accuracy": math.nan, "loss": 0.7}):
+        monkeypatch.setattr(evaluation, "evaluate", lambda *args, metrics=broken, **kwargs: dict(metrics))
+        assert main(["evaluate", "--checkpoint", str(out)]) == FAILED
+        captured = capsys.readouterr()
+        assert "0.5" not in captured.out and "accuracy" not in captured.out and "nan" not in captured.out.lower()
+        lines = [line for line in captured.err.splitlines() if line.strip()]
+        assert len(lines) == 1 and "came out NaN or infinite" in lines[0] and "no score is reported" in lines[0]

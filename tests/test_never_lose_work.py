@@ -9,6 +9,7 @@ may mount one). Everything trains the 2-layer tiny-random backbone on the toy da
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import select
@@ -20,11 +21,12 @@ import time
 from pathlib import Path
 
 import pytest
+import safetensors.torch
 import torch
 
 from adapterlab import backbones, counting
 from adapterlab.backbones import TINY, load_backbone
-from adapterlab.checkpoints import CheckpointError, load_adapter_set, save_adapter_set
+from adapterlab.checkpoints import CheckpointError, load_adapter_set, manifest_checksum, save_adapter_set
 from adapterlab.cli import FAILED, INTERRUPTED, OK, USAGE, main
 from adapterlab.placement import AdapterConfig, add_adapters
 from adapterlab.run_folder import is_run_folder, write_metrics
@@ -343,7 +345,12 @@ def test_an_adapter_set_with_nan_weights_is_refused_naming_the_tensor(tmp_path, 
     name = sorted(manifest["tensors"])[0]
     with torch.no_grad():
         dict(model.named_parameters())[name][0].fill_(float("nan"))
-    save_adapter_set(model, out, backbone=info, extra=manifest["extra"])  # a valid file that holds NaN
+    with pytest.raises(CheckpointError, match=f"tensor {name} holds NaN or infinite values; nothing was saved"):
+        save_adapter_set(model, out, backbone=info, extra=manifest["extra"])
+    tensors = {key: value.contiguous() for key, value in model.state_dict().items() if key in manifest["tensors"]}
+    (out / "adapters.safetensors").write_bytes(safetensors.torch.save(tensors))  # a valid file that holds NaN
+    manifest["sha256"] = hashlib.sha256((out / "adapters.safetensors").read_bytes()).hexdigest()
+    (out / "adapter_config.json").write_text(json.dumps({**manifest, "checksum": manifest_checksum(manifest)}))
     with pytest.raises(CheckpointError, match=f"tensor {name} holds NaN or infinite values"):
         load_adapter_set(load_backbone(TINY)[0], out)
     capsys.readouterr()
@@ -493,18 +500,18 @@ def test_files_never_hold_a_bare_nan(tmp_path, make_classifier):
     assert json_safe({"a": (float("nan"), 1, True, "x")}) == {"a": [None, 1, True, "x"]}
 
 
-def test_evaluate_prints_null_and_says_why_for_a_nan_metric(tmp_path, capsys, monkeypatch):
+def test_evaluate_prints_no_score_for_a_nan_metric(tmp_path, capsys, monkeypatch):
     from adapterlab import evaluation
 
     out = tmp_path / "run"
     assert main(["train", "--out", str(out), *FAST]) == OK
     monkeypatch.setattr(evaluation, "evaluate", lambda *args, **kwargs: {"accuracy": 0.5, "loss": float("nan")})
     capsys.readouterr()
-    assert main(["evaluate", "--checkpoint", str(out)]) == OK
-    last = capsys.readouterr().out.splitlines()[-1]
-    printed = json.loads(last, parse_constant=lambda name: pytest.fail(f"bare {name} in {last}"))
-    assert printed["metrics"] == {"accuracy": 0.5, "loss": None}
-    assert printed["status"] == "non-finite" and "loss came out NaN or infinite" in printed["why"]
+    assert main(["evaluate", "--checkpoint", str(out)]) == FAILED
+    captured = capsys.readouterr()
+    assert "0.5" not in captured.out and "accuracy" not in captured.out
+    lines = error_lines(captured.err, "evaluate")
+    assert len(lines) == 1 and "loss came out NaN or infinite" in lines[0] and "no score is reported" in lines[0]
 
 
 # ------------------------------------------------------------------------ 12. arguments: one line, the right code

@@ -43,6 +43,7 @@ import hashlib
 import json
 import os
 import re
+import reprlib
 import secrets
 from pathlib import Path
 
@@ -54,7 +55,7 @@ from torch import nn
 from ..model.placement import PlacementError, encoder_layers
 from ..model.trainable import parameter_group
 from .registry import SavedSet, saveable, saved_sets
-from ..validation import json_safe
+from ..validation import MAX_SEED, json_safe
 
 TENSORS_FILE = "adapters.safetensors"
 CONFIG_FILE = "adapter_config.json"
@@ -233,6 +234,11 @@ def save_adapter_set(model: nn.Module, directory, backbone=None, extra: dict | N
         name: p.detach().to(device="cpu", dtype=dtype or p.dtype).contiguous()
         for name, p in saved_parameters(model).items()
     }
+    broken = _non_finite(tensors)
+    if broken:  # loading would refuse them: refuse now, while the caller still holds the model and can say why
+        raise CheckpointError(f"tensor {broken} holds NaN or infinite values{f' in {dtype}' if dtype else ''}; "
+                              f"nothing was saved to {directory}: train again (a lower learning rate if it diverged"
+                              f"{', or keep the model dtype' if dtype else ''})")
     name = getattr(backbone, "loaded", backbone) or getattr(model.config, "name_or_path", "") or "unknown"
     data = safetensors.torch.save(tensors)
     manifest = {
@@ -314,7 +320,21 @@ def read_adapter_config(directory) -> dict:
     for key in ("hidden_size", "num_layers", "num_labels"):
         if not isinstance(manifest["backbone"].get(key), int):
             raise CheckpointError(f"{path} is malformed: backbone.{key} is missing or not an integer")
+    _check_extra(manifest.get("extra", {}), path)
     return manifest
+
+
+def _check_extra(extra, path: Path) -> None:
+    """The checksum seals ``extra`` but not its shape (``save_adapter_set`` takes any JSON): what a reader
+    uses from it — the task, the seed a random backbone is rebuilt from — must still be what train writes."""
+    if not isinstance(extra, dict):
+        raise CheckpointError(f"{path} is malformed: 'extra' is a JSON {type(extra).__name__}, not an object")
+    if "task" in extra and not isinstance(extra["task"], str):
+        raise CheckpointError(f"{path} is malformed: extra.task is {reprlib.repr(extra['task'])}, not a task's name")
+    seed = extra.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise CheckpointError(f"{path} is malformed: extra.seed is {reprlib.repr(seed)}, not an integer from 0 to "
+                              f"{MAX_SEED}")
 
 
 def _check_backbone(model: nn.Module, manifest: dict, path: Path) -> None:
@@ -352,15 +372,22 @@ def read_tensors(directory: Path, manifest: dict) -> dict[str, torch.Tensor]:
             f"{path} holds weights of a non-floating type ({_some(integral)}); trained weights are floating-point "
             "numbers: save the adapter set again with a floating dtype"
         )
-    broken = sorted(name for name, tensor in tensors.items() if not torch.isfinite(tensor).all())
+    broken = _non_finite(tensors)
     if broken:
         raise CheckpointError(
-            f"{path}: tensor {broken[0]} holds NaN or infinite values"
-            + (f" (and {len(broken) - 1} more: {_some(broken[1:])})" if len(broken) > 1 else "")
+            f"{path}: tensor {broken} holds NaN or infinite values"
             + "; a model with them scores nothing real: train the adapter set again (a lower learning rate if it "
             "diverged)"
         )
     return tensors
+
+
+def _non_finite(tensors: dict[str, torch.Tensor]) -> str:
+    """The tensors holding a NaN or an infinity, named as one message names them ("" when none does)."""
+    broken = sorted(name for name, tensor in tensors.items() if not torch.isfinite(tensor).all())
+    if len(broken) > 1:
+        return f"{broken[0]} (and {len(broken) - 1} more: {_some(broken[1:])})"
+    return broken[0] if broken else ""
 
 
 def _saved_setup(manifest: dict, path: Path) -> tuple[SavedSet, dict]:
