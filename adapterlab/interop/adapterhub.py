@@ -55,7 +55,7 @@ from pathlib import Path
 import safetensors.torch
 import torch
 
-from .common import (BASE, HUB_NAMES, LAYER_NAME, InteropError, copy_into, hub_name, layer_tensors, read_weights,
+from .common import (BASE, LAYER_NAME, InteropError, copy_into, hub_name, layer_tensors, read_weights,
                      split_backbone_tensors, write_json)
 from .peft import dropout_note
 

@@ -285,8 +285,8 @@ def dropout_note(dropout, field: str) -> list[str]:
     """What import says of a library's dropout: it acts in training only, so it changes nothing imported."""
     if not dropout:
         return []
-    return [f"{field} = {dropout} acts in training only: the imported set computes what the library computes in "
-            "evaluation (adapterlab trains it without dropout)"]
+    return [(f"{field} = {dropout} acts in training only: the imported set computes what the library computes in "
+             "evaluation (adapterlab trains it without dropout)")]
 
 
 def _read_ia3(folder: Path, config: dict) -> dict:
