@@ -60,37 +60,39 @@ class _OldNames(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 sys.meta_path.append(_OldNames())
 
 
-def __getattr__(name):  # `from adapterlab import placement` and `adapterlab.placement`
+#: The names the package itself exports -> the module that defines them. They are imported on first use, so
+#: that importing the package does not import torch: `python -m adapterlab` reaches the command line (which
+#: reports a Ctrl-C while torch loads in one line) before anything heavy loads.
+EXPORTS = {
+    **dict.fromkeys(("ACTIVATIONS", "INIT_SCHEMES", "BottleneckAdapter"), "model.adapter"),
+    **dict.fromkeys(("bert_counts", "compare_counts", "count_model"), "model.counting"),
+    **dict.fromkeys(("best_linear_fit", "fold_adapters", "fold_linear_adapter", "linear_adapter_matrix"), "model.fold"),
+    "LoRALinear": "model.lora",
+    **dict.fromkeys(("PLACEMENTS", "PlacementError", "add_adapters", "adapter_config", "enabled_layers",
+                     "remove_adapters", "set_adapters_enabled"), "model.placement"),
+    "trainable_summary": "model.trainable",
+    "apply_method": "methods",
+    "set_trainable": "methods.registry",
+}
+
+
+def __getattr__(name):  # `from adapterlab import placement` and `adapterlab.placement`; the exports, lazily
     if name in MOVED:
         return importlib.import_module(f"{__name__}.{name}")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name == "METHODS":
+        value = importlib.import_module(f"{__name__}.methods").names()
+    elif name in EXPORTS:
+        value = getattr(importlib.import_module(f"{__name__}.{EXPORTS[name]}"), name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
 
 
-from .model.adapter import ACTIVATIONS, INIT_SCHEMES, BottleneckAdapter  # noqa: E402
-from .model.counting import bert_counts, compare_counts, count_model  # noqa: E402
-from .model.fold import best_linear_fit, fold_adapters, fold_linear_adapter, linear_adapter_matrix  # noqa: E402
-from .model.lora import LoRALinear  # noqa: E402
-from .model.placement import (  # noqa: E402
-    PLACEMENTS,
-    PlacementError,
-    add_adapters,
-    adapter_config,
-    enabled_layers,
-    remove_adapters,
-    set_adapters_enabled,
-)
-from .model.trainable import trainable_summary  # noqa: E402
-from .methods import apply_method, names as _method_names  # noqa: E402
-from .methods.registry import set_trainable  # noqa: E402
+def __dir__():
+    return sorted({*globals(), *EXPORTS, "METHODS"})
 
-METHODS = _method_names()
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "ACTIVATIONS", "INIT_SCHEMES", "BottleneckAdapter",
-    "bert_counts", "compare_counts", "count_model",
-    "LoRALinear", "best_linear_fit", "fold_adapters", "fold_linear_adapter", "linear_adapter_matrix",
-    "METHODS", "PLACEMENTS", "PlacementError", "add_adapters", "adapter_config", "apply_method", "enabled_layers",
-    "remove_adapters", "set_adapters_enabled", "set_trainable", "trainable_summary",
-]
+__all__ = [*EXPORTS, "METHODS"]

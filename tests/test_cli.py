@@ -358,3 +358,31 @@ def test_evaluate_reports_no_score_when_the_outputs_overflowed(tmp_path, capsys,
         assert "0.5" not in captured.out and "accuracy" not in captured.out and "nan" not in captured.out.lower()
         lines = [line for line in captured.err.splitlines() if line.strip()]
         assert len(lines) == 1 and "came out NaN or infinite" in lines[0] and "no score is reported" in lines[0]
+
+
+# -------------------------------------------------------------------------------------- starting
+
+
+#: `python -m adapterlab ARGS` as the interpreter runs it, with a Ctrl-C (SIGINT) arriving as torch starts to load.
+CTRL_C_WHILE_TORCH_LOADS = """
+import importlib.abc, os, runpy, signal, sys
+
+class CtrlC(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "torch":
+            os.kill(os.getpid(), signal.SIGINT)
+
+sys.meta_path.insert(0, CtrlC())
+sys.argv = ["-m", *sys.argv[1:]]
+runpy._run_module_as_main("adapterlab")
+"""
+
+
+def test_a_ctrl_c_while_torch_loads_ends_in_one_line_and_exit_130():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", CTRL_C_WHILE_TORCH_LOADS, "count", "--bottleneck", "8"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == INTERRUPTED and done.stdout == ""
+    assert done.stderr.splitlines() == ["adapterlab: interrupted while loading; nothing was done"]
