@@ -25,9 +25,11 @@ from adapterlab.model.placement import (
 from adapterlab.runs.ablation import SpanAblation
 from adapterlab.teaching import anatomy
 
-D, R = 32, 8
-#: 432 real tokens: enough for a fit of a d = 32 adapter (ten samples per unknown: 330).
-N_BATCHES, BATCH, LENGTH = 4, 4, 36
+#: A BERT narrower than conftest's (d = 16), so that a linear fit needs only 170 tokens (ten per unknown).
+D, R = 16, 8
+NARROW = {"hidden_size": D, "num_attention_heads": 4, "intermediate_size": 32}
+#: 216 real tokens: enough for the fit.
+N_BATCHES, BATCH, LENGTH = 2, 4, 36
 
 
 def sentences(seed: int = 0, n_batches: int = N_BATCHES) -> list[dict]:
@@ -44,7 +46,7 @@ def sentences(seed: int = 0, n_batches: int = N_BATCHES) -> list[dict]:
 
 
 def adapted(make_classifier, **settings):
-    return add_adapters(make_classifier(), "houlsby", R, **settings)
+    return add_adapters(make_classifier(**NARROW), "houlsby", R, **settings)
 
 
 def logits(model, batches):
@@ -136,7 +138,7 @@ def test_errors_say_what_to_do(make_classifier):
     other = adapted(make_classifier, layers=[0])
     with pytest.raises(ValueError, match="adapter_inputs on this model"):
         anatomy.relative_changes(model, anatomy.adapter_inputs(other, sentences()))
-    with pytest.raises(ValueError, match="read 108 real tokens.*at least 330.*pass more sentences"):
+    with pytest.raises(ValueError, match="read 108 real tokens.*at least 170.*pass more sentences"):
         anatomy.linear_shares(model, anatomy.adapter_inputs(model, sentences(n_batches=1)))
 
 
@@ -218,7 +220,7 @@ def test_the_folded_model_computes_what_the_linear_adapters_do(make_classifier):
     assert (logits(folded, fresh) - logits(linear, fresh)).abs().max().item() < 1e-5
     assert (logits(linear, fresh) - logits(model, fresh)).abs().max().item() > 1e-3  # the gelu was used
     assert adapter_config(folded) is None
-    assert folded.state_dict().keys() == make_classifier().state_dict().keys()
+    assert folded.state_dict().keys() == make_classifier(**NARROW).state_dict().keys()
     assert not any(isinstance(m, (AdaptedOutput, BottleneckAdapter)) for m in folded.modules())
     assert torch.equal(logits(model, sentences(1)), before)  # the model itself is untouched
 
@@ -231,7 +233,7 @@ def test_linearising_a_linear_adapter_changes_nothing(make_classifier, settings)
 
 
 def test_a_pfeiffer_model_linearises_but_does_not_fold(make_classifier):
-    model = add_adapters(make_classifier(), "pfeiffer", R, init_scale=1.5)
+    model = add_adapters(make_classifier(**NARROW), "pfeiffer", R, init_scale=1.5)
     inputs = anatomy.adapter_inputs(model, sentences())
     assert adapter_config(anatomy.linearised_copy(model, inputs)).placement == "pfeiffer"
     with pytest.raises(ValueError, match="Pfeiffer"):
