@@ -16,7 +16,10 @@ comment lines indented under its text), and the student copy keeps the cell but 
         raise NotImplementedError("Exercise: write your answer here. Hint: the residual carries h through untouched")
 
 In the copy the stub raises :class:`AnswerMissing`, a NotImplementedError that Jupyter shows as one
-line ("The answer is missing …") instead of a traceback, and the cell imports it first.
+line ("The answer is missing …") instead of a traceback, and the cell imports it first. Right after the
+functions and classes that hold stubs, the cell calls :func:`stop_unless_written` on them, so that Run All
+stops at the exercise itself, saying which answer is unwritten, that the cells below did not run, and how
+to go on from there, instead of stopping later, at a cell that only uses the answer.
 
 An answer can also leak through an output, so the copy clears the outputs of the exercise cells,
 of every cell that calls a self-check (its ✔ line prints the right result), of every cell tagged
@@ -33,13 +36,16 @@ instructor ran.
 Copies are written so that students can rebuild them at any time (`python3 run.py lab --student`):
 nothing is written over the instructor's notebooks, a broken lab stops the run before any file is
 written, each file appears whole or not at all, and a copy the student has edited is never lost —
-it stays as it is while its lab is unchanged, and is kept beside the new copy when the lab changes.
+it stays as it is while its lab is unchanged, and is kept beside the new copy when the lab changes,
+even when JupyterLab saves it while the copies are being written. Two notebooks whose copies would
+share a file name are refused, naming both.
 """
 
 from __future__ import annotations
 
 import ast
 import hashlib
+import inspect
 import json
 import os
 import re
@@ -70,7 +76,12 @@ WIDGET = "application/vnd.jupyter.widget-view+json"
 #: What a widget's output shows in the copy until the cell is run (its saved text form says nothing useful).
 WIDGET_HINT = "(run this cell to show the interactive panel)"
 #: The line a student copy puts above the stubs of an exercise cell.
-STUB_IMPORT = "from adapterlab.student import AnswerMissing  # the stubs below raise it until you write your answer"
+STUB_IMPORT = (
+    "# Run All stops in this cell until your answer replaces each `raise AnswerMissing` line\n"
+    "from adapterlab.student import AnswerMissing, stop_unless_written"
+)
+#: How to go on once an exercise is written: Run All stopped there, so nothing below it ran.
+GO_ON = "The cells below it did not run: once it is written, use Run → Run Selected Cell and All Below."
 #: A prediction question's metadata, ``{"adapterlab": {"answer_phrases": [...]}}``: the phrases that state its
 #: answer, which no cell before the question may contain (tests/test_predictions.py).
 ANSWER_PHRASES = ("adapterlab", "answer_phrases")
@@ -79,11 +90,45 @@ RECORD = ".student-copies.json"
 
 
 class AnswerMissing(NotImplementedError):
-    """What a stubbed exercise raises in a student copy: Jupyter shows it as one line, not a traceback."""
+    """What an unwritten exercise raises in a student copy: Jupyter shows it as one line, not a traceback,
+    naming the exercise (`exercise`, where known), saying that the cells below did not run and how to go on."""
+
+    def __init__(self, message: str = "", exercise: str = ""):
+        super().__init__(message)
+        self.exercise = exercise
 
     def _render_traceback_(self) -> list[str]:  # IPython's hook for an exception's own short display
+        what = f"{self.exercise} is not written yet" if self.exercise else "this cell's exercise is not written yet"
         hint = str(self).removeprefix("Exercise: write your answer here. ").strip()
-        return [f"The answer is missing: write it in this cell in place of the `raise AnswerMissing(...)` line. {hint}".rstrip()]
+        return [
+            f"The answer is missing: {what}; write it in this cell in place of each `raise AnswerMissing(...)` "
+            f"line. {hint + ' ' if hint else ''}{GO_ON}"
+        ]
+
+
+def stop_unless_written(*answers) -> None:
+    """Raise :class:`AnswerMissing` naming every function or class in `answers` that still holds its stub.
+
+    The student copy of an exercise cell calls it after the definitions, so that Run All stops at the
+    exercise (which only defines them) rather than at the first cell that calls them.
+    """
+    unwritten = [answer.__name__ for answer in answers if _holds_stub(answer)]
+    if unwritten:
+        raise AnswerMissing(exercise=" and ".join(f"`{name}`" for name in unwritten))
+
+
+def _holds_stub(answer) -> bool:
+    """Whether a function, or any function of a class, still names AnswerMissing (its stub's raise)."""
+    functions = [answer] if callable(answer) and not isinstance(answer, type) else list(vars(answer).values())
+    codes = [getattr(inspect.unwrap(getattr(f, "__func__", f)), "__code__", None) for f in functions]
+    while codes:
+        code = codes.pop()
+        if code is None:
+            continue
+        if AnswerMissing.__name__ in code.co_names:
+            return True
+        codes += [const for const in code.co_consts if inspect.iscode(const)]
+    return False
 
 
 class SolutionMarkerError(ValueError):
@@ -108,6 +153,12 @@ class BrokenNotebookError(StudentCopyError):
 
 class UnwritableOutput(StudentCopyError):
     """An output folder that cannot be created or written to."""
+
+
+class SameCopyName(StudentCopyError):
+    """Two notebooks whose copies would have one file name (a usage error): one would silently replace the other."""
+
+    exit_code = 2
 
 
 def stub_solutions(source: str, where: str = "cell", error: str = "NotImplementedError") -> str:
@@ -293,8 +344,23 @@ def _drop_answer_phrases(cell) -> None:
 
 
 def _stub_cell(source: str, where: str) -> str:
-    """An exercise cell's student version: AnswerMissing imported at the top, a stub in each solution."""
-    return f"{STUB_IMPORT}\n{stub_solutions(source, where=where, error='AnswerMissing')}"
+    """An exercise cell's student version: AnswerMissing imported at the top, a stub in each solution, and
+    `stop_unless_written(...)` right after the last definition that holds a stub."""
+    lines = stub_solutions(source, where=where, error="AnswerMissing").split("\n")
+    tree = _python("\n".join(lines))
+    kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    stubbed = [node for node in (tree.body if tree else []) if isinstance(node, kinds)
+               and any(_raises_missing(inner) for inner in ast.walk(node))]
+    if stubbed:
+        guard = f"stop_unless_written({', '.join(node.name for node in stubbed)})"
+        lines[stubbed[-1].end_lineno:stubbed[-1].end_lineno] = ["", "", guard]
+    return f"{STUB_IMPORT}\n\n" + "\n".join(lines)
+
+
+def _raises_missing(node: ast.AST) -> bool:
+    """`raise AnswerMissing(...)`: a stub."""
+    return (isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call)
+            and _called_name(node.exc.func) == AnswerMissing.__name__)
 
 
 def student_notebook(nb, name: str = "notebook"):
@@ -355,8 +421,9 @@ def make_student_copies(labs: list[str] | None = None, out_dir: Path | str = "bu
     nothing changed. The command-line entry is `python -m adapterlab student`; `python3 run.py lab
     --student` calls it before opening the copies.
     """
-    notebooks = find_labs(labs)
+    notebooks = list(dict.fromkeys(path.resolve() for path in find_labs(labs)))  # a lab named twice is one lab
     out_dir = Path(out_dir)
+    _refuse_same_names(notebooks, out_dir)
     _refuse_instructor_files(notebooks, out_dir)
     texts = {notebook.name: student_text(notebook) for notebook in notebooks}
     return _write_copies(texts, out_dir)
@@ -408,8 +475,28 @@ def _refuse_instructor_files(notebooks: list[Path], out_dir: Path) -> None:
             )
 
 
+def _refuse_same_names(notebooks: list[Path], out_dir: Path) -> None:
+    """Stop before two different notebooks are copied to one file name (the second would replace the first)."""
+    first: dict[str, Path] = {}
+    for notebook in notebooks:
+        other = first.setdefault(notebook.name, notebook)
+        if other != notebook:
+            raise SameCopyName(
+                f"{_shown(other)} and {_shown(notebook)} would both be copied to {out_dir / notebook.name}: "
+                "make their copies in two runs, each with its own --out DIR"
+            )
+
+
 def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def _digest_on_disk(path: Path) -> str | None:
+    """The digest of the file at `path`, or None where there is none."""
+    try:
+        return _digest(path.read_bytes())
+    except FileNotFoundError:
+        return None
 
 
 def _read_record(out_dir: Path) -> dict[str, str]:
@@ -421,11 +508,11 @@ def _read_record(out_dir: Path) -> dict[str, str]:
     return record if isinstance(record, dict) else {}
 
 
-def _status(copy: Path, fresh: str, recorded: str | None) -> str:
-    """What to do with one copy, from the digests of the fresh copy, the one on disk and the one last written."""
-    if not copy.exists():
+def _status(current: str | None, fresh: str, recorded: str | None) -> str:
+    """What to do with one copy, from the digests of the one on disk (None: no file), the fresh copy and the one
+    last written."""
+    if current is None:
         return NEW
-    current = _digest(copy.read_bytes())
     if current == fresh:
         return UP_TO_DATE
     if recorded == fresh:
@@ -471,20 +558,18 @@ def _write_copies(texts: dict[str, str], out_dir: Path) -> list[StudentCopy]:
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         record = _read_record(out_dir)
-        copies = []
+        planned = []  # (copy, status, digest of the file there when the status was taken)
         for name, text in texts.items():
-            fresh = _digest(text.encode("utf-8"))
-            status = _status(out_dir / name, fresh, record.get(name))
-            copies.append(StudentCopy(out_dir / name, status, _kept_name(out_dir / name) if status == REPLACED else None))
+            fresh, seen = _digest(text.encode("utf-8")), _digest_on_disk(out_dir / name)
+            status = _status(seen, fresh, record.get(name))
+            planned.append((out_dir / name, status, seen))
             if status in (NEW, UPDATED, REPLACED):
                 staged[out_dir / name] = _stage(out_dir, name, text)
             record[name] = fresh
         staged[out_dir / RECORD] = _stage(out_dir, RECORD, json.dumps(record, indent=1, sort_keys=True) + "\n")
-        for copy in copies:
-            if copy.kept is not None:
-                os.replace(copy.path, copy.kept)
-        for final, temporary in staged.items():
-            os.replace(temporary, final)
+        copies = [_put_in_place(copy, staged[copy], status, seen) if copy in staged else StudentCopy(copy, status)
+                  for copy, status, seen in planned]
+        os.replace(staged[out_dir / RECORD], out_dir / RECORD)
     except OSError as error:
         for temporary in staged.values():
             temporary.unlink(missing_ok=True)
@@ -493,6 +578,35 @@ def _write_copies(texts: dict[str, str], out_dir: Path) -> list[StudentCopy]:
             "choose a folder you can write to with --out DIR"
         ) from error
     return copies
+
+
+def _put_in_place(copy: Path, temporary: Path, status: str, seen: str | None) -> StudentCopy:
+    """Move a fresh copy into place without ever writing over what the student saved, even a moment ago.
+
+    Whatever file is at `copy` is first moved aside in one rename and only then read: the copy last written,
+    untouched since the status was taken (`seen`, status UPDATED), is deleted; anything else (the student's
+    edits, or a JupyterLab autosave that landed after the status was taken) is kept beside the new copy.
+    The new copy is then linked in only where no file is, so an autosave in between is kept too.
+    """
+    kept = None
+    while True:
+        if os.path.lexists(copy):
+            aside = _kept_name(copy)
+            os.replace(copy, aside)
+            if status == UPDATED and kept is None and _digest_on_disk(aside) == seen:
+                aside.unlink()  # the copy as it was written, nothing of the student's in it
+            else:
+                kept = aside
+        try:
+            os.link(temporary, copy)
+        except FileExistsError:
+            continue  # an autosave landed after the move: it goes aside too
+        except OSError:  # a file system without hard links: replace what was moved aside just now
+            os.replace(temporary, copy)
+            break
+        temporary.unlink()
+        break
+    return StudentCopy(copy, REPLACED if kept else status, kept)
 
 
 def student_command(args) -> int:
