@@ -738,8 +738,9 @@ def _add_interop_commands(commands) -> None:
     export.add_argument("--out", required=True, metavar="DIR", help="a new or empty folder")
     export.add_argument("--name", default=None, help="the adapter's name in AdapterHub (default: the task)")
     export.add_argument("--backbone-tensors", action="store_true",
-                        help="AdapterHub: write trained LayerNorms and a trained pooler beside the adapter, in "
-                             "trained_backbone.safetensors (AdapterHub's adapters have no place for them)")
+                        help="AdapterHub: write trained LayerNorms beside the adapter, in "
+                             "trained_backbone.safetensors (AdapterHub's adapters have no place for them; loading them "
+                             "is a step of its own). A trained pooler goes as AdapterHub's classification head anyway")
     export.add_argument("--overwrite", action="store_true", help="replace what --out holds")
     imp = commands.add_parser(
         "import", help="read an AdapterHub or PEFT folder into an adapter set that `evaluate` loads",

@@ -32,9 +32,9 @@ def export_set(run_folder, target: str, out, *, name: str | None = None, backbon
                overwrite: bool = False) -> Path:
     """Write the run folder's adapter set as ``target``'s folder at ``out`` (whole or not at all); return ``out``.
 
-    ``backbone_tensors`` (AdapterHub only) writes trained backbone LayerNorms and a trained pooler, which an
-    AdapterHub adapter has no place for, beside it in ``trained_backbone.safetensors`` (see
-    :mod:`adapterlab.interop.adapterhub`); without it such a set is refused.
+    ``backbone_tensors`` (AdapterHub only) writes trained backbone LayerNorms, which an AdapterHub adapter has no
+    place for, beside it in ``trained_backbone.safetensors`` (see :mod:`adapterlab.interop.adapterhub`); without it
+    such a set is refused. A trained pooler goes as AdapterHub's classification head either way.
     """
     from ..runs.folder import commit_run_folder, discard_staging, prepare_run_folder
 
