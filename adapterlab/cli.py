@@ -459,9 +459,9 @@ def evaluate_command(args) -> int:
     broken = sorted(name for name, value in metrics.items()
                     if isinstance(value, float) and not math.isfinite(value))
     if broken:  # outputs that overflowed make every prediction, and so the score, meaningless
-        raise CommandError(f"{', '.join(broken)} came out NaN or infinite on the {len(split)} dev rows: the adapter set "
-                           "or the backbone overflowed, so no score is reported; train the adapter set again (a lower "
-                           "learning rate)", FAILED)
+        raise CommandError(f"{', '.join(broken)} came out NaN or infinite on the {len(split)} dev rows: the adapter "
+                           "set or the backbone overflowed, so no score is reported; train the adapter set again (a "
+                           "lower learning rate)", FAILED)
     print(f"{task.metric} {metrics[task.metric]:.4f} on {len(split)} dev rows")
     print(json.dumps({"task": task.name, "metrics": metrics, "toy_data": split.is_toy, "status": "complete"},
                      allow_nan=False))
@@ -799,7 +799,12 @@ COMMANDS = {"doctor": doctor_command, "count": count_command, "train": train_com
 
 def _report(command: str, message) -> None:
     """The one error line: ``adapterlab COMMAND: message`` on stderr."""
-    print(f"adapterlab {command + ': ' if command else ''}{' '.join(str(message).split())}", file=sys.stderr)
+    print(_line(command, message), file=sys.stderr)
+
+
+def _line(command: str, message) -> str:
+    """``adapterlab COMMAND: message`` on one line, however many the message had."""
+    return f"adapterlab {command + ': ' if command else ''}{' '.join(str(message).split())}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -809,7 +814,7 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exit:  # --help has printed its text
         return exit.code if isinstance(exit.code, int) else USAGE
-    with _sigterm_as_ctrl_c():
+    with _sigterm_as_ctrl_c(), _warnings_as_lines(args.command):
         try:
             return COMMANDS[args.command](args)
         except CommandError as error:
@@ -841,6 +846,20 @@ def _sigterm_as_ctrl_c():
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def _warnings_as_lines(command: str):
+    """While a command runs, a warning prints as one line in the errors' style (``adapterlab COMMAND: warning:
+    ...``), not as Python's two lines naming the source line that raised it."""
+    import warnings
+
+    previous = warnings.formatwarning
+    warnings.formatwarning = lambda message, *details: f"{_line(command, f'warning: {message}')}\n"
+    try:
+        yield
+    finally:
+        warnings.formatwarning = previous
 
 
 def _os_error_message(error: OSError) -> str:

@@ -4,8 +4,11 @@ the field: `tune --report` then prints what it prints with that file deleted, an
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -145,7 +148,8 @@ def test_a_record_copied_under_another_name_is_left_out(stored, tmp_path):
         shutil.copy(other, tmp_path)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert [record["id"] for record in RunStore(tmp_path).records()] == sorted(p.stem for p in stored.glob("*.json"))[1:]
+        kept = [record["id"] for record in RunStore(tmp_path).records()]
+    assert kept == sorted(path.stem for path in stored.glob("*.json"))[1:]
     warned, = [str(w.message) for w in caught]
     assert str(copy) in warned and f"it holds the run {original.name}, not {copy.name}" in warned
 
@@ -173,3 +177,18 @@ def test_each_metric_has_its_own_range(stored, metric, value, possible):
     record.update(metric=metric, best_metric=value, validation_metric=0.5,
                   evals=[{**entry, metric: 0.5, "validation": {metric: 0.5}} for entry in record["evals"]])
     assert (record_problem(record) is None) == possible
+
+
+def test_the_command_line_prints_the_warning_as_one_line(stored, tmp_path):
+    """As a user sees it: one line in the errors' style, not Python's two naming a source line."""
+    spoilt, _ = copies(stored, tmp_path)
+    path = run_path(spoilt, other_rate(stored), 0)
+    path.write_text(json.dumps({**json.loads(path.read_text()), "validation_metric": 5.0}))
+    small = ("from adapterlab.runs.tuning import PROTOCOLS, Protocol; from adapterlab.cli import main; import sys; "
+             f"PROTOCOLS['sst2'] = Protocol(*{dataclasses.astuple(SMALL)!r}); sys.exit(main(sys.argv[1:]))")
+    done = subprocess.run([sys.executable, "-c", small, "tune", "--report", "--task", "sst2", "--backbone", TINY,
+                           "--points", POINT.label, "--store", str(spoilt)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == OK and done.stderr.splitlines() == [
+        f"adapterlab tune: warning: skipping the stored run {path}: its validation_metric is 5.0, outside accuracy's "
+        "range [0, 1]; delete the file (the run is trained again when asked for)"]
