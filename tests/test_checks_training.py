@@ -656,18 +656,15 @@ def ablate_zeroing_w_up(model, score):
 
 
 def ablate_restoring_on_exception(model, score):
-    """Restores in `except Exception:` (and after each span): a Ctrl-C is not an Exception."""
-    n, scores = len(encoder_layers(model)), {}
-    for i in range(n):
-        for j in range(i, n):
-            set_adapters_enabled(model, False, layers=list(range(i, j + 1)))
-            try:
-                scores[i, j] = score(model)
-            except Exception:
-                set_adapters_enabled(model, True)
-                raise
+    """Restores after each span and in `except Exception:` around the score: a Ctrl-C is not an Exception."""
+    def guarded(model):
+        try:
+            return score(model)
+        except Exception:
             set_adapters_enabled(model, True)
-    return scores
+            raise
+
+    return ablate_without_finally(model, guarded)
 
 
 @pytest.mark.parametrize(
