@@ -6,8 +6,9 @@ Like :mod:`adapterlab.checks`, each check runs the student's code on random case
 independent reference, prints one line starting with ✔, raises :class:`CheckFailed` naming the mistake
 on a wrong answer, and says "The answer is missing" while the exercise still raises NotImplementedError.
 The models are small random BERT classifiers built inside the check (d = 32; BERT-base's 12 layers where
-names or spans depend on the depth; dropout on where training is checked), so every check runs in seconds
-and needs neither a backbone download nor data.
+names or spans depend on the depth; dropout on where training or serving is checked, non-zero adapter biases
+where adapters are switched off), handed over in the modes the lab uses and in the others, so every check runs
+in seconds, needs neither a backbone download nor data, and an answer right only in one state shows.
 """
 
 from __future__ import annotations
