@@ -103,6 +103,8 @@ CASES = [
     (0, "evals.0.validation.accuracy", {"a": 1}, "evals[0].validation.accuracy is {'a': 1}, not a number"),
     (0, "evals.0.accuracy", ..., "has no evals[0].accuracy"),
     (0, "evals.0.step", "2", "evals[0].step is '2', not an integer"),
+    (0, "trained_parameters", [1122], "trained_parameters is [1122], not a count"),
+    (0, "trained_parameters", "1,122", "trained_parameters is '1,122', not a count"),
     (2, "key.settings.seed", "2", "settings.seed is '2', not an integer"),
     (2, "key.settings.seed", [2], "settings.seed is [2], not an integer"),
     (2, "key.settings.seed", None, "settings.seed is None, not an integer"),

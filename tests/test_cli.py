@@ -372,6 +372,7 @@ class CtrlC(importlib.abc.MetaPathFinder):
         if name == "torch":
             os.kill(os.getpid(), signal.SIGINT)
 
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as at a terminal, even where the parent ignores Ctrl-C
 sys.meta_path.insert(0, CtrlC())
 sys.argv = ["-m", *sys.argv[1:]]
 runpy._run_module_as_main("adapterlab")

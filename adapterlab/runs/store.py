@@ -277,6 +277,9 @@ def record_problem(record) -> str | None:
         problem = _score_problem(where + name, holder, name, metric)
         if problem is not None:
             return problem
+    count = record.get("trained_parameters", 0)
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        return f"its trained_parameters is {reprlib.repr(count)}, not a count"
     expected = run_id(key)
     if record.get("id", expected) != expected:
         return f"its id {reprlib.repr(record['id'])} is not its key's hash {expected} (a copy of another run's, edited)"
