@@ -294,6 +294,56 @@ def test_train_finishes_a_commit_cut_short_and_says_so(tmp_path, wrapper, capsys
     assert report(out)["config"]["seed"] == 5 and hidden_beside(out) == []
 
 
+def test_a_commit_cut_short_whose_staging_folder_was_deleted_keeps_the_old_run(tmp_path, wrapper, capsys):
+    out = tmp_path / "run"
+    assert main(["train", "--out", str(out), *FAST, "--seed", "1"]) == OK
+    code, _, err = finish(start(wrapper, "train", "--out", out, *FAST, "--seed", "5", "--overwrite",
+                                KILL_IN_COMMIT="1"))
+    assert code == -signal.SIGKILL, err
+    for staging in tmp_path.glob(".run.incomplete-*"):  # hidden and, as the docs say, safe to delete
+        shutil.rmtree(staging)
+    capsys.readouterr()
+    assert main(["evaluate", "--checkpoint", str(out), "--max-eval", "16"]) == OK
+    assert "holds its earlier run again" in capsys.readouterr().err
+    assert report(out)["config"]["seed"] == 1 and is_run_folder(out) and hidden_beside(out) == []
+
+
+def test_a_link_planted_at_the_lock_is_never_followed(tmp_path, capsys, monkeypatch):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    (tmp_path / ".run.lock").symlink_to(victim)
+    no_loading(monkeypatch)
+    assert main(["train", "--out", str(tmp_path / "run"), *FAST]) == USAGE
+    assert ".run.lock" in only_line(capsys, "train")
+    assert victim.read_text() == "keep me" and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("command", [["train", *FAST, "--out"], ["evaluate", "--checkpoint"]])
+def test_a_symbolic_link_loop_is_refused_in_one_line(tmp_path, capsys, monkeypatch, command):
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    no_loading(monkeypatch)
+    assert main([*command, str(tmp_path / "a")]) == USAGE
+    assert "leads back to itself" in only_line(capsys, command[0])
+
+
+def test_train_into_the_root_folder_is_refused_in_one_line(capsys, monkeypatch):
+    no_loading(monkeypatch)
+    assert main(["train", "--out", "/", *FAST]) == USAGE
+    assert "--out / is the current folder or holds it" in only_line(capsys, "train")
+
+
+def test_export_never_replaces_the_run_it_reads(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["train", "--out", str(run), *FAST, "--method", "lora", "--lora-rank", "2"]) == OK
+    before = {p.name: p.read_bytes() for p in run.iterdir()}
+    capsys.readouterr()
+    for out in (run, tmp_path):
+        assert main(["export", str(run), "--to", "peft", "--out", str(out), "--overwrite"]) == USAGE
+        assert "the folder being read" in only_line(capsys, "export")
+    assert {p.name: p.read_bytes() for p in run.iterdir()} == before and hidden_beside(run) == []
+
+
 def test_what_a_kill_9_left_is_cleared_by_the_next_train(tmp_path, wrapper, capsys):
     out, gate = tmp_path / "run", tmp_path / "gate"
     gate.touch()
@@ -465,6 +515,16 @@ def test_damaged_metrics_and_configs_are_named_not_reported_missing(tmp_path, ca
 
 
 # ------------------------------------------------------------------------ 10. identical settings are one point
+
+
+def test_a_tsv_whose_sentences_are_all_empty_is_refused_in_one_line(tmp_path, capsys):
+    glue = tmp_path / "glue" / "SST-2"
+    glue.mkdir(parents=True)
+    for split in ("train", "dev"):
+        (glue / f"{split}.tsv").write_text("sentence\tlabel\n\t0\n  \t1\n\t1\n")
+    assert main(["train", "--data", str(tmp_path / "glue"), "--out", str(tmp_path / "run"), *FAST]) == FAILED
+    assert "every row's text is empty" in only_line(capsys, "train")
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize("grid", ["bottleneck=8,8", "init_scale=0.01,1e-2"])

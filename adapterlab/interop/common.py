@@ -5,13 +5,17 @@ that every conversion makes, and copying tensors into a model by name."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from pathlib import Path
 
+import safetensors.torch
 import torch
 
 from ..methods.checkpoints import describe_kind, folder_kind, read_tensors
 from ..training.backbones import BERT_BASE, STANDIN
+from ..validation import SIZE_LIMITS, check_number, check_positive_int, check_seed, check_size
 
 EXPORT_FILE = "adapterlab_export.json"
 #: The names the libraries resolve (the Hugging Face hub) for adapterlab's pretrained backbones. Random backbones
@@ -83,7 +87,9 @@ def check_bert(manifest: dict, tensors: dict) -> None:
 
 
 def write_json(path: Path, data: dict) -> None:
-    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    from ..runs.folder import write_new
+
+    write_new(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def export_record(manifest: dict, target: str) -> dict:
@@ -96,11 +102,226 @@ def export_record(manifest: dict, target: str) -> dict:
 
 
 def read_export_record(folder) -> dict:
-    try:
-        record = json.loads((Path(folder) / EXPORT_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    """What adapterlab_export.json says ({} when the folder has none), its fields checked."""
+    path = Path(folder) / EXPORT_FILE
+    if not path.exists():
         return {}
-    return record if isinstance(record, dict) else {}
+    record = read_json(path)
+    _check_fields(path, record, {"seed": _seed, "task": _text, "backbone": _object})
+    _check_fields(path, record.get("backbone") or {}, {"name": _text}, within="backbone.")
+    return record
+
+
+# --------------------------------------------------------------------------------------------------
+# What import reads, checked before anything is built from it
+# --------------------------------------------------------------------------------------------------
+
+#: The dtypes adapter weights are stored in.
+FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def check_plain_files(folder: Path) -> None:
+    """Refuse a folder holding anything but folders and plain files (or links to them): a FIFO would hang a
+    read, a device never end it. Run before anything reads the folder."""
+    for parent, folders, files in os.walk(folder):
+        for name in folders + files:
+            _check_plain(Path(parent) / name)
+
+
+def check_library_folder(folder: Path, kind: str) -> None:
+    """Refuse, in one line naming the file and the field, a ``kind`` ("peft" or "adapterhub") folder that
+    import could not read safely: a config field missing or of the wrong type, a size beyond what the command
+    line allows (``r: 10^9`` would try to allocate it), safetensors that are damaged, hold integers or NaN, or
+    disagree with the config's rank. The readers then check what the computation needs."""
+    for other in sorted(folder.glob("*.json")):
+        read_json(other)
+    if (folder / "head_config.json").exists():
+        _check_fields(folder / "head_config.json", read_json(folder / "head_config.json"), HEAD_FIELDS)
+    path = folder / "adapter_config.json"
+    config = read_json(path)
+    if kind == "peft":
+        lora = config.get("peft_type") == "LORA"
+        _check_fields(path, config, PEFT_FIELDS, required=("r", "lora_alpha") if lora else ())
+        rank = config["r"] if lora and not config.get("rank_pattern") else None  # rank_pattern: ranks differ
+    else:
+        rank = _check_adapterhub(path, config)
+    for path in sorted(folder.glob("*.safetensors")):
+        _check_tensors(path, rank)
+
+
+def _check_plain(path: Path) -> None:
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise InteropError(f"{path} is a symbolic link to nothing; replace it with the file the library "
+                               "saved") from None
+        return
+    except OSError as error:
+        raise InteropError(f"{path} cannot be read ({error.strerror or error}); replace it with the file the library "
+                           "saved") from None
+    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        raise InteropError(f"{path} is not a plain file (import reads only plain files, never a FIFO or a "
+                           "device); replace it with the file the library saved")
+
+
+def read_json(path: Path) -> dict:
+    """A JSON object from a file import reads, or an InteropError naming the file."""
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as error:
+        raise InteropError(f"{path} cannot be read ({error.strerror or error})") from None
+    except UnicodeDecodeError:
+        raise InteropError(f"{path} is not text (the file is damaged); save the folder again") from None
+    except (ValueError, RecursionError) as error:
+        raise InteropError(f"{path} is not valid JSON ({str(error)[:80]}); save the folder again") from None
+    if not isinstance(data, dict):
+        raise InteropError(f"{path} holds a JSON {type(data).__name__}, not an object; save the folder again")
+    return data
+
+
+def _check_fields(path: Path, data: dict, checks: dict, within: str = "", required=()) -> None:
+    """Each present field of ``data`` through its check (``required`` ones must be there); a refusal names the
+    file and the field."""
+    for field in required:
+        if data.get(field) is None:
+            raise InteropError(f"{path}: {within}{field} is missing; the file is not one the library writes")
+    for field, check in checks.items():
+        if field in data and data[field] is not None:
+            try:
+                check(f"{within}{field}", data[field])
+            except ValueError as error:
+                raise InteropError(f"{path}: {error}; the file is not one the library writes") from None
+
+
+def _text(name, value):
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a string; got {value!r:.60}")
+
+
+def _texts(name, value):
+    if isinstance(value, str):
+        return
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ValueError(f"{name} must be a string or a list of strings; got {value!r:.60}")
+
+
+def _object(name, value):
+    if not isinstance(value, dict):
+        raise ValueError(f"{name} must be an object; got {value!r:.60}")
+
+
+def _rank(name, value):
+    check_size(name, value, SIZE_LIMITS["rank"])
+
+
+def _labels(name, value):
+    check_size(name, value, SIZE_LIMITS["num_labels"])
+
+
+def _scale(name, value):
+    check_number(name, value, 0, low_inclusive=False)
+
+
+def _seed(name, value):
+    check_seed(name, value)
+
+
+def _layers(name, value):
+    if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+        raise ValueError(f"{name} must be a list of layer numbers; got {value!r:.60}")
+
+
+def _number_or_text(name, value):
+    if not isinstance(value, str):
+        check_number(name, value, float("-inf"), low_inclusive=False)
+
+
+def _ranks(name, value):
+    _object(name, value)
+    for key, rank in value.items():
+        _rank(f"{name}[{key!r:.40}]", rank)
+
+
+def _scales(name, value):
+    _object(name, value)
+    for key, scale in value.items():
+        _scale(f"{name}[{key!r:.40}]", scale)
+
+
+def _factor(name, value):
+    for factor in (value.values() if isinstance(value, dict) else [value]):
+        _scale(name, factor)
+
+
+#: The fields of a PEFT LoraConfig that import reads, each with its check (a field may also be null).
+PEFT_FIELDS = {"peft_type": _text, "task_type": _text, "r": _rank, "lora_alpha": _scale, "target_modules": _texts,
+               "modules_to_save": _texts, "base_model_name_or_path": _text, "lora_dropout": _number_or_text,
+               "rank_pattern": _ranks, "alpha_pattern": _scales}
+#: The top-level fields of an AdapterHub adapter_config.json that import reads.
+ADAPTERHUB_FIELDS = {"config": _object, "name": _text, "hidden_size": check_positive_int, "model_type": _text,
+                     "model_name": _text, "version": _text}
+#: The fields of its "config" (a bottleneck adapter's or a LoRA's) that import reads.
+ADAPTERHUB_CONFIG = {"architecture": _text, "reduction_factor": _factor, "leave_out": _layers,
+                     "non_linearity": _text, "scaling": _number_or_text, "r": _rank, "alpha": _scale,
+                     "attn_matrices": _texts}
+
+#: The fields of an AdapterHub head_config.json that import reads.
+HEAD_FIELDS = {"config": _object, "name": _text, "num_labels": _labels, "label2id": _object}
+
+
+def _check_adapterhub(path: Path, hub: dict):
+    """Check an AdapterHub config's fields and the bottleneck it sizes; return its LoRA rank (None: not a LoRA)."""
+    _check_fields(path, hub, ADAPTERHUB_FIELDS, required=("config",))
+    config = hub["config"]
+    if config.get("architecture") == "lora":
+        _check_fields(path, config, ADAPTERHUB_CONFIG, within="config.", required=("r",))
+        return config["r"]
+    _check_fields(path, config, ADAPTERHUB_CONFIG, within="config.", required=("reduction_factor",))
+    _check_fields(path, hub, {}, required=("hidden_size",))
+    factor, d = config["reduction_factor"], hub["hidden_size"]
+    for value in (factor.values() if isinstance(factor, dict) else [factor]):
+        try:
+            check_size("its bottleneck (hidden_size // config.reduction_factor)", int(d // value),
+                       SIZE_LIMITS["bottleneck"])
+        except (ValueError, OverflowError) as error:
+            raise InteropError(f"{path}: {error}") from None
+    return None
+
+
+def _check_tensors(path: Path, rank) -> None:
+    """The tensors of a safetensors file import reads: whole, floating-point, finite, a classifier of a bounded
+    number of labels, LoRA matrices of the config's rank."""
+    try:
+        tensors = safetensors.torch.load_file(str(path))
+    except Exception as error:  # SafetensorError and what a damaged header makes of it
+        raise InteropError(f"{path} is not a whole safetensors file ({str(error)[:80]}); save the folder "
+                           "again") from None
+    for name, tensor in tensors.items():
+        if tensor.dtype not in FLOATS:
+            raise InteropError(f"{path}: tensor {name} holds {str(tensor.dtype).removeprefix('torch.')} values; "
+                               "weights are floating-point numbers")
+        if not torch.isfinite(tensor).all():
+            raise InteropError(f"{path}: tensor {name} holds NaN or infinite values; the adapter diverged or the "
+                               "file is damaged")
+        _check_shape(path, name, tensor, rank)
+
+
+def _check_shape(path: Path, name: str, tensor: torch.Tensor, rank) -> None:
+    shape = list(tensor.shape)
+    if name.endswith("classifier.weight"):
+        wrong = len(shape) != 2 or not 1 <= shape[0] <= SIZE_LIMITS["num_labels"]
+        want = f"[labels, hidden] with 1 to {SIZE_LIMITS['num_labels']:,} labels"
+    elif name.endswith("classifier.bias"):
+        wrong, want = len(shape) != 1, "[labels]"
+    elif rank is not None and ".lora_A" in name:
+        wrong, want = len(shape) != 2 or shape[0] != rank, f"[r, in] with the config's r = {rank}"
+    elif rank is not None and ".lora_B" in name:
+        wrong, want = len(shape) != 2 or shape[1] != rank, f"[out, r] with the config's r = {rank}"
+    else:
+        return
+    if wrong:
+        raise InteropError(f"{path}: tensor {name} has shape {shape}, not {want}; the file does not fit its config")
 
 
 def read_weights(folder: Path, safe_name: str, pickle_name: str, resave: str) -> dict[str, torch.Tensor]:

@@ -24,8 +24,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from safetensors import SafetensorError
+
 from ..methods.checkpoints import describe_kind, folder_kind
-from .common import (EXPORT_FILE, HUB_NAMES, InteropError, TARGETS, backbone_for, check_bert, export_record, read_export_record, read_set, write_json)
+from .common import (EXPORT_FILE, HUB_NAMES, InteropError, TARGETS, backbone_for, check_bert, check_library_folder,
+                     check_plain_files, export_record, read_export_record, read_set, write_json)
 
 
 def export_set(run_folder, target: str, out, *, name: str | None = None, backbone_tensors: bool = False,
@@ -36,10 +39,11 @@ def export_set(run_folder, target: str, out, *, name: str | None = None, backbon
     place for, beside it in ``trained_backbone.safetensors`` (see :mod:`adapterlab.interop.adapterhub`); without it
     such a set is refused. A trained pooler goes as AdapterHub's classification head either way.
     """
-    from ..runs.folder import commit_run_folder, discard_staging, prepare_run_folder
+    from ..runs.folder import recover_read, writing_run_folder
 
     if target not in TARGETS:
         raise InteropError(f"--to must be one of {', '.join(TARGETS)}; got {target!r}")
+    recover_read(run_folder, "export")
     manifest, tensors = read_set(run_folder)
     check_bert(manifest, tensors)
     if target == "adapterhub":
@@ -51,13 +55,9 @@ def export_set(run_folder, target: str, out, *, name: str | None = None, backbon
             raise InteropError("--backbone-tensors is for --to adapterhub: a PEFT folder holds a trained pooler "
                                "itself (modules_to_save), and LoRA sets train no LayerNorms")
         options = {}
-    staging = prepare_run_folder(out, overwrite=overwrite)
-    try:
+    with writing_run_folder(out, overwrite=overwrite, command="export", reads=run_folder) as staging:
         write(manifest, tensors, staging, **options)
         write_json(staging / EXPORT_FILE, export_record(manifest, target))
-        commit_run_folder(staging, out)
-    finally:
-        discard_staging(staging)
     return Path(out)
 
 
@@ -71,15 +71,17 @@ def import_set(folder, out, *, backbone: str | None = None, task: str | None = N
     from ..training.backbones import load_backbone
     from ..methods.checkpoints import save_adapter_set
     from ..training.data import TASKS, get_task
-    from ..runs.folder import commit_run_folder, discard_staging, prepare_run_folder
+    from ..runs.folder import recover_read, writing_run_folder
 
     folder = Path(folder)
+    recover_read(folder, "import")
     if not folder.is_dir():
         raise InteropError(f"{folder}: no such folder; pass a folder written by model.save_adapter / "
                            "model.save_pretrained or by `adapterlab export`")
     from .adapterhub import setup_adapter
 
     folder = setup_adapter(folder)
+    check_plain_files(folder)
     kind = folder_kind(folder)
     if kind == "adapterlab":
         raise InteropError(f"{folder} is already an adapterlab adapter set: `adapterlab evaluate --checkpoint "
@@ -88,11 +90,17 @@ def import_set(folder, out, *, backbone: str | None = None, task: str | None = N
         raise InteropError(f"{folder} holds {describe_kind(None)}: import reads a PEFT folder (adapter_config.json "
                            "with a peft_type) or an AdapterHub one (adapter_config.json with a config and an "
                            "adapters version)")
+    check_library_folder(folder, kind)
     if kind == "peft":
         from .peft import read_peft as read
     else:
         from .adapterhub import read_adapterhub as read
-    plan = read(folder)  # checks everything it can without the backbone
+    try:
+        plan = read(folder)  # checks everything it can without the backbone
+    except (KeyError, TypeError, AttributeError, IndexError, OverflowError, ZeroDivisionError, SafetensorError) as error:
+        # what the checks above did not foresee in a damaged folder still ends in one line
+        raise InteropError(f"{folder} is not a folder the library writes ({type(error).__name__}: "
+                           f"{str(error)[:100]}); save it again with the library") from None
     record = read_export_record(folder)
     # a folder adapterlab exported names the adapterlab backbone it was trained on (a random one too)
     name = backbone or backbone_for(plan["base_model"]) or (record.get("backbone") or {}).get("name")
@@ -108,17 +116,13 @@ def import_set(folder, out, *, backbone: str | None = None, task: str | None = N
         raise InteropError(f"{folder}: its classifier has {plan['num_labels']} labels, the task {spec.name} has "
                            f"{spec.num_labels}: pass the --task it was trained on")
     task_name = spec.name
-    seed = int(record.get("seed", 0))
-    staging = prepare_run_folder(out, overwrite=overwrite)
-    try:
+    seed = record.get("seed") or 0
+    with writing_run_folder(out, overwrite=overwrite, command="import", reads=folder) as staging:
         model, _, info = load_backbone(name, num_labels=plan["num_labels"], fallback=False, seed=seed)
         plan["apply"](model)
         save_adapter_set(model, staging, backbone=info,
                          extra={"task": task_name, "seed": seed,
                                 "imported_from": {"kind": kind, "folder": str(folder), "base_model": plan["base_model"]}})
-        commit_run_folder(staging, out)
-    finally:
-        discard_staging(staging)
     summary = {"kind": kind, "method": plan["method"], "backbone": info.loaded, "task": task_name}
     return Path(out), {**summary, **({"notes": plan["notes"]} if plan.get("notes") else {})}
 

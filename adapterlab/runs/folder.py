@@ -11,12 +11,15 @@ run that stops half-way, or a new run written over an old one (``--overwrite``),
 runs' files mixed in one folder, and ``evaluate`` never scores an old adapter set beside a new
 ``metrics.json``. A process killed outright (``kill -9``) can leave a staging folder behind; it is
 hidden and safe to delete. One exception: a kill between the two renames that put a new run in the place
-of an old one leaves the new run in its staging folder and a ``.NAME.commit`` note beside it; the next
-``train`` or ``evaluate`` of that folder finishes the commit and says so.
+of an old one leaves the new run in its staging folder, the old one in a set-aside folder and a
+``.NAME.commit`` note beside them; the next command on that folder finishes the commit and says so (or,
+when the staging folder has been deleted, puts the old run back: the only complete copy is never deleted).
 
 Only a run folder is ever replaced: ``--overwrite`` replaces a folder whose ``metrics.json`` is in the
-format ``train`` writes and that holds nothing but a run's files; any other folder is refused. While a run
-is trained into a folder, a lock file beside it (``.NAME.lock``) keeps a second ``train`` out of it.
+format ``train`` writes and that holds nothing but a run's files; any other folder is refused. While
+``train``, ``import`` or ``export`` writes a folder, a lock file beside it (``.NAME.lock``) keeps every other
+one out of it. The lock and the files of a staging folder are opened without following links, so a link
+planted at their names never has its target overwritten.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ import json
 import os
 import re
 import shutil
+import stat
+import sys
 import tempfile
 from pathlib import Path
 
@@ -94,9 +99,30 @@ def is_run_folder(directory) -> bool:
 
 
 def _real(out) -> Path:
-    """Where a run for ``out`` goes: the folder a symbolic link points to (the link stays), else ``out``."""
+    """Where a run for ``out`` goes: the folder a symbolic link points to (the link stays), else ``out``.
+    A link that leads back to itself is refused here, before any other check follows it."""
     out = Path(out)
-    return out.resolve() if out.is_symlink() else out
+    if not out.is_symlink():
+        return out
+    try:
+        return Path(os.path.realpath(out, strict=True))
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise RunFolderError(f"{out} is a symbolic link that leads back to itself (a loop); remove the link "
+                                 "or choose another folder") from None
+    return out.resolve()  # a link to nothing: prepare_run_folder says so
+
+
+def _place(out) -> Path:
+    """The folder a run for ``out`` goes to (:func:`_real`), once it is known to be a place a run can go:
+    not the root or the current folder (nor one holding it), and under a folder, not a file."""
+    real = _real(out)
+    if Path.cwd().resolve().is_relative_to(real.resolve()):
+        raise RunFolderError(f"--out {out} is the current folder or holds it; choose a folder of its own for the run")
+    existing = next(folder for folder in real.absolute().parents if folder.exists())
+    if not existing.is_dir():
+        raise RunFolderError(f"--out {out}: {existing} is a file, not a folder; choose an --out folder elsewhere")
+    return real
 
 
 def hidden_name(out, suffix: str) -> str:
@@ -116,14 +142,12 @@ def prepare_run_folder(out, overwrite: bool = False) -> Path:
     not empty (unless it is a run folder and ``overwrite``), contains the current folder, is a link to
     nothing, or cannot be written."""
     given = Path(out)
+    out = _place(given)
     if given.is_symlink() and not given.exists():
         raise RunFolderError(f"--out {given} is a symbolic link to {os.readlink(given)}, which does not exist; "
                              "create that folder or choose another --out")
-    out = _real(given)
     if out.exists() and not out.is_dir():
         raise RunFolderError(f"--out {given} exists and is not a folder; choose a folder for the run")
-    if Path.cwd().resolve().is_relative_to(out.resolve()):
-        raise RunFolderError(f"--out {given} is the current folder or holds it; choose a folder of its own for the run")
     if out.is_dir() and any(out.iterdir()):
         if not is_run_folder(out):
             raise RunFolderError(f"--out {given} already holds {_not_a_run(out)}, so it is not a run folder and is "
@@ -131,9 +155,6 @@ def prepare_run_folder(out, overwrite: bool = False) -> Path:
         if not overwrite:
             raise RunFolderError(f"--out {given} already holds {_holds(out)}; choose a new folder, or pass "
                                  "--overwrite to replace it once the new run is complete")
-    existing = next(folder for folder in out.absolute().parents if folder.exists())
-    if not existing.is_dir():
-        raise RunFolderError(f"--out {given}: {existing} is a file, not a folder; choose an --out folder elsewhere")
     if out.is_dir() and not os.access(out, os.W_OK | os.X_OK):
         raise RunFolderError(f"cannot write the run to {given} (the folder is read-only); choose an --out folder "
                              "you can write to")
@@ -218,10 +239,15 @@ def commit_run_folder(staging: Path, out) -> Path:
 
 
 def _finish_commit(out: Path, staging: Path, aside: Path) -> None:
+    """Put the new run (``staging``) in the place of the old one, or, when the new run is gone (its staging
+    folder deleted by hand), put the old run back: the set-aside folder is deleted only once ``out`` holds a run."""
+    old = aside / out.name
     if staging.is_dir():
         if out.exists():
-            os.replace(out, aside / out.name)
+            os.replace(out, old)
         os.replace(staging, out)
+    elif old.is_dir() and not out.exists():
+        os.replace(old, out)
     shutil.rmtree(aside, ignore_errors=True)
     (out.parent / hidden_name(out, "commit")).unlink(missing_ok=True)
 
@@ -244,13 +270,16 @@ def recover_run_folder(out) -> str | None:
     if not all(path.name.startswith(prefix) and path.parent == real.parent for path in (staging, aside)):
         note.unlink(missing_ok=True)
         return None
-    had_new = staging.is_dir()
+    had_new, had_old = staging.is_dir(), (aside / real.name).is_dir() and not real.exists()
     _finish_commit(real, staging, aside)
-    if not had_new:
-        return _clear_leftovers(real)
     _clear_leftovers(real)
-    return (f"{out} now holds the run a process killed while writing it had finished (it was cut short between "
-            "putting the old run aside and the new one in place)")
+    if had_new:
+        return (f"{out} now holds the run a process killed while writing it had finished (it was cut short between "
+                "putting the old run aside and the new one in place)")
+    if had_old:
+        return (f"{out} holds its earlier run again: a process killed while replacing it had put it aside, and the "
+                "new run's unfinished folder was gone")
+    return None
 
 
 def recover_unlocked(out) -> str | None:
@@ -273,6 +302,8 @@ def _clear_leftovers(out: Path) -> str | None:
     found = [path for path in out.parent.iterdir() if pattern.fullmatch(path.name) and path.is_dir()
              and not path.is_symlink()]
     for path in found:
+        if (path / out.name).is_dir() and not out.exists():  # an old run set aside whose commit note is gone
+            os.replace(path / out.name, out)
         shutil.rmtree(path, ignore_errors=True)
     if not found:
         return None
@@ -287,26 +318,22 @@ class RunFolderBusy(RunFolderError):
 @contextlib.contextmanager
 def claim_run_folder(out, wait: bool = False):
     """Hold the lock of the run folder ``out`` (a file ``.NAME.lock`` beside it) while the block runs; raise
-    :class:`RunFolderBusy` when another process holds it (unless ``wait``). The lock ends with the process,
-    however it ends, so a kill leaves at most an unlocked file that the next ``train`` takes."""
-    real = _real(out)
-    existing = next(folder for folder in real.absolute().parents if folder.exists())
-    if not existing.is_dir():
-        raise RunFolderError(f"--out {out}: {existing} is a file, not a folder; choose an --out folder elsewhere")
+    :class:`RunFolderBusy` when another process holds it (unless ``wait``). ``train``, ``import`` and ``export``
+    all take it. The lock ends with the process, however it ends, so a kill leaves at most an unlocked file
+    that the next command takes."""
+    real = _place(out)
     path = real.parent / hidden_name(real, "lock")
     try:
         real.parent.mkdir(parents=True, exist_ok=True)
-        handle = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        os.close(handle)
     except OSError as error:
         raise RunFolderError(f"cannot write the run to {out} ({os_error_reason(error)}); choose an --out folder "
                              "you can write to") from None
     while True:
-        handle = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        handle = _open_lock(path, out)
         try:
             if not _lock(handle, wait):
                 holder = os.pread(handle, 200, 0).decode(errors="replace").strip() if hasattr(os, "pread") else ""
-                raise RunFolderBusy(f"--out {out} is being written by another adapterlab train"
+                raise RunFolderBusy(f"--out {out} is being written by another adapterlab train, import or export"
                                     f"{f' ({holder})' if holder else ''}; wait until it ends, or choose another folder")
             if not _same_file(handle, path):  # the last holder removed it after we opened it: take the new one
                 os.close(handle)
@@ -324,6 +351,31 @@ def claim_run_folder(out, wait: bool = False):
         with contextlib.suppress(OSError):
             path.unlink()  # while still locked: a process waiting on the old file sees it is gone and retries
         os.close(handle)
+
+
+def _open_lock(path: Path, out) -> int:
+    """Open (or create) the lock file without following a link: a link planted at its name would otherwise
+    have its target truncated and overwritten by the lock's note."""
+    flags = os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    while True:
+        try:
+            try:
+                handle = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                handle = os.open(path, flags)
+        except FileNotFoundError:  # its holder removed it between the two opens
+            continue
+        except OSError as error:
+            if error.errno != errno.ELOOP:
+                raise RunFolderError(f"cannot write the run to {out} ({os_error_reason(error)}); choose an --out "
+                                     "folder you can write to") from None
+            handle = None
+        if handle is not None and stat.S_ISREG(os.fstat(handle).st_mode):
+            return handle
+        if handle is not None:
+            os.close(handle)
+        raise RunFolderError(f"the lock file {path} of --out {out} is a link or not a plain file, which is never "
+                             "followed or written; delete it, or choose another folder")
 
 
 def _same_file(handle: int, path: Path) -> bool:
@@ -352,6 +404,36 @@ def _lock(handle: int, wait: bool) -> bool:
     return True
 
 
+def recover_read(folder, command: str) -> None:
+    """Before a command reads ``folder``: finish a commit a killed writer cut short there (:func:`recover_unlocked`),
+    and say so on stderr."""
+    _say(command, recover_unlocked(folder))
+
+
+def _say(command: str, sentence: str | None) -> None:
+    if sentence:
+        print(f"adapterlab {command}: {sentence}", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def writing_run_folder(out, *, overwrite: bool, command: str, reads=None):
+    """What ``import`` and ``export`` write ``out`` under, as ``train`` does: its lock held, what a killed
+    writer left finished or cleared (said on stderr), ``out`` checked; the block writes into the staging
+    folder it is given, which takes the place of ``out`` when the block ends without an error. ``reads`` is the
+    folder the command reads, refused when ``out`` is it or holds it (replacing it would destroy the input)."""
+    if reads is not None and Path(os.path.realpath(reads)).is_relative_to(_real(out).resolve()):
+        raise RunFolderError(f"--out {out} is the folder being read ({reads}) or holds it: writing there would "
+                             "replace what is being read; choose another --out")
+    with claim_run_folder(out):
+        _say(command, recover_run_folder(out))
+        staging = prepare_run_folder(out, overwrite=overwrite)
+        try:
+            yield staging
+            commit_run_folder(staging, out)
+        finally:
+            discard_staging(staging)
+
+
 def discard_staging(staging: Path) -> None:
     """Delete a staging folder whose run was not committed (nothing to do once it has been)."""
     shutil.rmtree(staging, ignore_errors=True)
@@ -360,8 +442,16 @@ def discard_staging(staging: Path) -> None:
 def write_metrics(directory: Path, report: dict) -> Path:
     """Write ``report`` as ``metrics.json`` in ``directory``."""
     path = Path(directory) / METRICS_FILE
-    path.write_text(json.dumps(json_safe(report), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    write_new(path, json.dumps(json_safe(report), indent=2, allow_nan=False) + "\n")
     return path
+
+
+def write_new(path: Path, text: str) -> None:
+    """Write a new file of a folder being made (a staging folder): never through a link planted at its name,
+    never over a file already there."""
+    handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
+    with os.fdopen(handle, "w", encoding="utf-8") as file:
+        file.write(text)
 
 
 def read_metrics(directory) -> dict | None:

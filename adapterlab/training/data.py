@@ -243,6 +243,8 @@ def read_glue_tsv(path: str | os.PathLike, task: str | TaskSpec) -> tuple[list, 
         labels.append(value_to_id[value])
     if not labels:
         raise DataError("no data rows after the header", path)
+    if not any(map(any, texts) if spec.is_pair else texts):
+        raise DataError("every row's text is empty, so there is nothing to learn from; check the file's columns", path)
     return texts, labels
 
 

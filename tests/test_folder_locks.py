@@ -1,0 +1,94 @@
+"""`import` and `export` write their --out as `train` does: under the same lock, whole or not at all, and a kill
+in the middle leaves nothing the next command on that folder trips over."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+import torch
+
+from adapterlab.backbones import TINY, load_backbone
+from adapterlab.checkpoints import save_adapter_set
+from adapterlab.cli import OK, USAGE, main
+from adapterlab.placement import apply_method
+from adapterlab.run_folder import claim_run_folder
+from adapterlab.training import backbones
+
+from test_never_lose_work import (FAST, error_lines, finish, hidden_beside, report, start, wait_for,
+                                  wrapper)  # noqa: F401 (a fixture)
+
+
+@pytest.fixture
+def peft_folder(tmp_path):
+    """A PEFT folder exported from a small LoRA set of the tiny backbone."""
+    model, _, info = load_backbone(TINY, num_labels=2, seed=0)
+    apply_method(model, "lora", lora_rank=2)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.requires_grad:
+                parameter.add_(0.1)
+    run = save_adapter_set(model, tmp_path / "set", backbone=info, extra={"task": "sst2", "seed": 0})
+    assert main(["export", str(run), "--to", "peft", "--out", str(tmp_path / "peft")]) == OK
+    return tmp_path / "peft"
+
+
+def test_two_imports_into_one_folder_one_is_refused(peft_folder, tmp_path, capsys, monkeypatch):
+    out, second = tmp_path / "imported", {}
+    real_load = backbones.load_backbone
+
+    def load_while_another_imports(*args, **kwargs):  # the first import is under way: a second one starts
+        if not second:
+            second["code"] = main(["import", str(peft_folder), "--out", str(out)])
+            second["err"] = capsys.readouterr().err
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(backbones, "load_backbone", load_while_another_imports)
+    capsys.readouterr()
+    assert main(["import", str(peft_folder), "--out", str(out)]) == OK
+    assert second["code"] == USAGE
+    lines = error_lines(second["err"], "import")
+    assert len(lines) == 1 and "is being written by another adapterlab" in lines[0], second["err"]
+    assert hidden_beside(out) == [] and sorted(p.name for p in out.iterdir()) == ["adapter_config.json",
+                                                                                   "adapters.safetensors"]
+
+
+def test_import_overwrite_is_refused_while_train_writes_the_folder(peft_folder, tmp_path, wrapper):
+    out, gate = tmp_path / "run", tmp_path / "gate"
+    assert main(["train", "--out", str(out), *FAST]) == OK
+    gate.touch()
+    training = start(wrapper, "train", "--out", out, *FAST, "--seed", "4", "--overwrite", HOLD_RUN="1",
+                     HOLD_STEP="2", HOLD_WHILE=str(gate))
+    try:
+        wait_for(training, "HELD")
+        code, _, err = finish(start(wrapper, "import", peft_folder, "--out", out, "--overwrite"))
+        assert code == USAGE and len(error_lines(err, "import")) == 1, err
+        assert "is being written by another adapterlab" in err
+    finally:
+        gate.unlink()
+    code, _, err = finish(training)
+    assert code == OK, err
+    assert report(out)["config"]["seed"] == 4 and hidden_beside(out) == []
+
+
+def test_export_overwrite_killed_between_its_renames_is_finished_by_the_next_command(tmp_path, wrapper, capsys):
+    run, out = tmp_path / "lora", tmp_path / "out"
+    assert main(["train", "--out", str(run), *FAST, "--method", "lora", "--lora-rank", "2"]) == OK
+    assert main(["train", "--out", str(out), *FAST]) == OK
+    code, _, err = finish(start(wrapper, "export", run, "--to", "peft", "--out", out, "--overwrite",
+                                KILL_IN_COMMIT="1"))
+    assert code == -signal.SIGKILL, err
+    capsys.readouterr()
+    assert main(["import", str(out), "--out", str(tmp_path / "back")]) == OK  # reads the export, now in place
+    assert "now holds the run a process killed while writing it had finished" in capsys.readouterr().err
+    assert hidden_beside(out) == [] and (out / "adapterlab_export.json").is_file()
+    assert main(["evaluate", "--checkpoint", str(tmp_path / "back"), "--max-eval", "16"]) == OK
+
+
+def test_a_held_lock_keeps_export_out(peft_folder, tmp_path, capsys):
+    run = tmp_path / "set"
+    with claim_run_folder(tmp_path / "busy"):
+        capsys.readouterr()
+        assert main(["export", str(run), "--to", "peft", "--out", str(tmp_path / "busy")]) == USAGE
+    assert "is being written by another adapterlab" in capsys.readouterr().err
+    assert not (tmp_path / "busy").exists()
