@@ -6,11 +6,13 @@ from __future__ import annotations
 import signal
 
 import pytest
+import safetensors.torch
 import torch
+from safetensors import SafetensorError
 
 from adapterlab.backbones import TINY, load_backbone
 from adapterlab.checkpoints import save_adapter_set
-from adapterlab.cli import OK, USAGE, main
+from adapterlab.cli import FAILED, OK, USAGE, main
 from adapterlab.placement import apply_method
 from adapterlab.run_folder import claim_run_folder
 from adapterlab.training import backbones
@@ -92,3 +94,18 @@ def test_a_held_lock_keeps_export_out(peft_folder, tmp_path, capsys):
         assert main(["export", str(run), "--to", "peft", "--out", str(tmp_path / "busy")]) == USAGE
     assert "is being written by another adapterlab" in capsys.readouterr().err
     assert not (tmp_path / "busy").exists()
+
+
+def test_export_onto_a_full_disk_ends_in_one_plain_line(peft_folder, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "full"
+
+    def full_disk(*args, **kwargs):  # what safetensors raises when a tmpfs fills up
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", full_disk)
+    capsys.readouterr()
+    assert main(["export", str(tmp_path / "set"), "--to", "peft", "--out", str(out)]) == FAILED
+    err = capsys.readouterr().err
+    lines = error_lines(err, "export")
+    assert len(lines) == 1 and len(err.strip().splitlines()) == 1 and "the disk is full" in lines[0], err
+    assert not out.exists() and hidden_beside(out) == []

@@ -4,6 +4,7 @@ that every conversion makes, and copying tensors into a model by name."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import safetensors.torch
 import torch
+from safetensors import SafetensorError
 
 from ..methods.checkpoints import describe_kind, folder_kind, read_tensors
 from ..training.backbones import BERT_BASE, STANDIN
@@ -99,6 +101,19 @@ def export_record(manifest: dict, target: str) -> dict:
     return {"exported_by": "adapterlab", "adapterlab_version": manifest.get("adapterlab_version"), "target": target,
             "method": (manifest.get("adapter") or {}).get("placement", method), "backbone": manifest["backbone"],
             "task": extra.get("task"), "seed": extra.get("seed", 0), "source_checksum": manifest.get("checksum")}
+
+
+@contextlib.contextmanager
+def write_errors_as_os_errors(path: Path):
+    """safetensors reports a failed write as a SafetensorError whose text holds the OS error ("... No space left
+    on device (os error 28)"); raise it as that OSError, so that the command says "the disk is full" in one line."""
+    try:
+        yield
+    except SafetensorError as error:
+        code = re.search(r"os error (\d+)", str(error))
+        if code is None:
+            raise
+        raise OSError(int(code.group(1)), os.strerror(int(code.group(1))), str(path)) from None
 
 
 def read_export_record(folder) -> dict:

@@ -28,7 +28,8 @@ from safetensors import SafetensorError
 
 from ..methods.checkpoints import describe_kind, folder_kind
 from .common import (EXPORT_FILE, HUB_NAMES, InteropError, TARGETS, backbone_for, check_bert, check_library_folder,
-                     check_plain_files, export_record, read_export_record, read_set, write_json)
+                     check_plain_files, export_record, read_export_record, read_set, write_errors_as_os_errors,
+                     write_json)
 
 
 def export_set(run_folder, target: str, out, *, name: str | None = None, backbone_tensors: bool = False,
@@ -56,7 +57,8 @@ def export_set(run_folder, target: str, out, *, name: str | None = None, backbon
                                "itself (modules_to_save), and LoRA sets train no LayerNorms")
         options = {}
     with writing_run_folder(out, overwrite=overwrite, command="export", reads=run_folder) as staging:
-        write(manifest, tensors, staging, **options)
+        with write_errors_as_os_errors(out):
+            write(manifest, tensors, staging, **options)
         write_json(staging / EXPORT_FILE, export_record(manifest, target))
     return Path(out)
 
