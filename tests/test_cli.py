@@ -363,7 +363,10 @@ def test_evaluate_reports_no_score_when_the_outputs_overflowed(tmp_path, capsys,
 # -------------------------------------------------------------------------------------- starting
 
 
-#: `python -m adapterlab ARGS` as the interpreter runs it, with a Ctrl-C (SIGINT) arriving as torch starts to load.
+#: The command line started as `python -m adapterlab ARGS` runs it, or as the `adapterlab` script does (pyproject's
+#: [project.scripts]), with a Ctrl-C (SIGINT) arriving as torch starts to load.
+STARTS = {"python -m": 'runpy._run_module_as_main("adapterlab")',
+          "script": "from adapterlab.__main__ import run; sys.exit(run())"}
 CTRL_C_WHILE_TORCH_LOADS = """
 import importlib.abc, os, runpy, signal, sys
 
@@ -375,15 +378,19 @@ class CtrlC(importlib.abc.MetaPathFinder):
 signal.signal(signal.SIGINT, signal.default_int_handler)  # as at a terminal, even where the parent ignores Ctrl-C
 sys.meta_path.insert(0, CtrlC())
 sys.argv = ["-m", *sys.argv[1:]]
-runpy._run_module_as_main("adapterlab")
 """
 
 
-def test_a_ctrl_c_while_torch_loads_ends_in_one_line_and_exit_130():
+@pytest.mark.parametrize("start", STARTS)
+def test_a_ctrl_c_while_torch_loads_ends_in_one_line_and_exit_130(start):
     import subprocess
     import sys
+    import tomllib
+    from pathlib import Path
 
-    done = subprocess.run([sys.executable, "-c", CTRL_C_WHILE_TORCH_LOADS, "count", "--bottleneck", "8"],
-                          capture_output=True, text=True, timeout=300)
+    scripts = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"adapterlab": "adapterlab.__main__:run"}
+    done = subprocess.run([sys.executable, "-c", CTRL_C_WHILE_TORCH_LOADS + STARTS[start], "count", "--bottleneck",
+                           "8"], capture_output=True, text=True, timeout=300)
     assert done.returncode == INTERRUPTED and done.stdout == ""
     assert done.stderr.splitlines() == ["adapterlab: interrupted while loading; nothing was done"]
