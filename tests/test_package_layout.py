@@ -91,8 +91,9 @@ def lab_imports() -> list[tuple[str, str]]:
             source = re.sub(r"\(\s*([^)]*)\)", lambda m: m.group(1).replace("\n", " "), "".join(cell["source"]))
             for line in source.splitlines():
                 match = re.match(r"\s*from (adapterlab[\w.]*) import (.+)", line)
-                if match:
-                    pairs += [(match.group(1), n.strip()) for n in match.group(2).split(",") if n.strip()]
+                if match:  # names without their comment or "as" alias
+                    names = match.group(2).split("#")[0].split(",")
+                    pairs += [(match.group(1), n.split(" as ")[0].strip()) for n in names if n.strip()]
     return pairs
 
 
