@@ -43,16 +43,17 @@ HIDE_INPUT_TAG = "deck-hide-input"
 PREDICTION_TAG = "prediction"
 
 # Slide geometry in reveal.js units (the deck is 1280 × 720, scaled to the screen; no prompts).
-SLIDE_BUDGET_PX = 680  # the slide's height less the cells' padding, over the 0.96 the deck may scale text to
+SLIDE_BUDGET_PX = 660  # the slide's height less the cells' padding
 FIGURE_HEIGHT_PX = 420  # a figure's height when it does not ask for one
 FIGURE_MAX_PX = 560  # the most a figure may ask for (a legend in rows, a note under its title): a heading fits above
-FIGURE_FIT_PX = 340  # a figure counts this high at most: the deck gives it less height where the slide needs it
+FIGURE_FIT_PX = 360  # a figure counts this high at most: the deck gives it less height where the slide needs it
 TEXT_LINE_PX, TEXT_CHARS = 36, 92  # markdown at 26 px
 CODE_LINE_PX, CODE_CHARS = 28, 96  # code and text outputs at 21 px (DejaVu Sans Mono: 12.6 px a character)
 FIGURE_FONT_PX = 18  # the smallest text in a figure (axis titles, ticks, legend)
 HEADING_PX = 60
 PROSE_WORDS = 55  # words of prose a slide shows (the browser tests allow about 60); the rest goes to its notes
 MIN_ROOM_WORDS = 20  # a markdown cell joining a slide with less room than this starts a slide of its own
+MIN_ITEM_WORDS = 6  # a list item on a full slide shows at least this many of its words
 MIN_SENTENCE_WORDS = 8  # less room than this on a slide, and a paragraph moves whole to the notes
 CELL_GAP_PX = 16
 
@@ -235,8 +236,6 @@ def _legible_text(output):
     table = text_tables_as_html(text)
     if table is not None:
         return {"output_type": "display_data", "metadata": {}, "data": {"text/html": table}}
-    if _is_python(text):
-        return output  # a printed source listing is shown as written (the deck shrinks a wide block)
     wrapped = "\n".join(piece for line in text.split("\n") for piece in wrap_output_line(line))
     if output.get("output_type") == "stream":
         output["text"] = wrapped
@@ -263,17 +262,6 @@ def unfolded(cell) -> list:
     rest = cell.source[match.end():].strip()
     after = unfolded(_markdown_cell(rest, "-")) if rest else []
     return [shown, body] + after
-
-
-def _is_python(text: str) -> bool:
-    """Whether `text` is Python source of more than one line (a printed listing, not a log line)."""
-    if text.count("\n") < 2:
-        return False
-    try:
-        ast.parse(text)
-    except (SyntaxError, ValueError):
-        return False
-    return True
 
 
 def _predictions_as_slides(cells):
@@ -419,11 +407,25 @@ def _first_sentences(text: str, room: int) -> tuple[str, str]:
     return " ".join(kept), " ".join(sentences[len(kept):])
 
 
+def _first_words(item: str, room: int) -> str:
+    """A list item cut to its first `room` words of prose (and " …") when longer; a formula is never cut."""
+    if prose_words(item) <= room:
+        return item
+    kept, words = [], 0
+    for piece in re.split(r"(\$[^$\n]+\$|\s+)", item):
+        words += len(re.findall(r"\S*\w\S*", piece)) if not piece.startswith("$") else 0
+        if words > room:
+            break
+        kept.append(piece)
+    return "".join(kept).rstrip(" ,;:") + " …"
+
+
 def _split_prose(markdown: str, room: int, prediction: bool) -> tuple[str, str]:
     """(what the slide shows, what moves to its notes) for a markdown cell with more than `room` words.
     Headings and formulas stay whole; a paragraph shows the sentences that fit, the rest (and the
     paragraphs after it) going to the notes; a list stays whole on the slide, each item cut to its first
-    sentence when the list does not fit (a summary reads on one slide), the whole list in the notes. A
+    sentence when the list does not fit, and to its share of the room after that (a summary reads on one
+    slide), the whole list in the notes. A
     prediction keeps its question and its choices: the sentences that lead up to the question move to
     the notes."""
     blocks = _blocks(markdown)
@@ -441,20 +443,24 @@ def _split_prose(markdown: str, room: int, prediction: bool) -> tuple[str, str]:
             moved = moved.replace(f"**{lead}**", "", 1).strip()
         return "\n\n".join(blocks[:first] + [" ".join(kept)] + blocks[first + 1 :]), moved
     shown, moved, used = [], [], 0
-    for block in blocks:
+    items_of = {i: re.split(r"\n(?=[*+-] |\d+\. )", block) for i, block in enumerate(blocks) if _LIST_ITEM.match(block)}
+    for i, block in enumerate(blocks):
         words = prose_words(block)
-        if block.startswith("#") or (not moved and used + words <= room):
+        # the room the lists after this block need at the least: a paragraph before them leaves it to them
+        reserve = sum(MIN_ITEM_WORDS * len(items) for later, items in items_of.items() if later > i)
+        if block.startswith("#") or (not moved and used + words <= room - reserve):
             shown.append(block)
             used += words
-        elif _LIST_ITEM.match(block) and not moved:
-            items = re.split(r"\n(?=[*+-] |\d+\. )", block)
-            firsts = [_first_sentences(item, 0)[0] for item in items]
+        elif i in items_of and not moved:
+            items = items_of[i]
+            share = max((room - used) // len(items), MIN_ITEM_WORDS)
+            firsts = [_first_words(_first_sentences(item, 0)[0], share) for item in items]
             shown.append("\n".join(firsts))
             used += sum(prose_words(first) for first in firsts)
             if firsts != items:
                 moved.append(block)
-        elif not moved and room - used >= MIN_SENTENCE_WORDS:
-            kept, rest = _first_sentences(block, room - used)
+        elif not moved and room - reserve - used >= MIN_SENTENCE_WORDS:
+            kept, rest = _first_sentences(block, room - reserve - used)
             shown.append(kept)
             used += prose_words(kept)
             if rest:
@@ -503,8 +509,8 @@ RESULT = "result"  # marks the slide that shows a prediction's result under its 
 def _label_continuations(cells):
     """Each subslide the layout started opens with the heading before it, marked as continued, and each
     slide that shows only outputs opens with that heading: a slide never shows a lone output. A slide the
-    layout split off gets speaker notes of its own when none of the notebook's notes fall on it (what it
-    shows, in a line): two slides never carry the same notes."""
+    layout split gets speaker notes of its own when none of the notebook's notes fall on it (which part
+    it is and what it shows, in a line): two slides never carry the same notes."""
     groups, heading = [], None
     for cell in cells:
         continued = cell.metadata.pop("deck_continued", False)
@@ -529,7 +535,8 @@ def _label_continuations(cells):
             label = _markdown_cell(f"### {group['heading'].rstrip('.:')}{continued}", starts)
             set_slide_type(body[0], "-")
             body = [label] + body
-        if group["continued"] and not any(slide_type(c) == "notes" for c in body):
+        split = group["continued"] or any(other["origin"] == group["origin"] and other is not group for other in groups)
+        if split and not any(slide_type(c) == "notes" for c in body):
             body = body + [_markdown_cell(_part_note(group["heading"], parts[group["origin"]], body), "notes")]
         shown += body
     for number, cell in enumerate(shown):  # copies share their cell ids; a deck needs them unique
@@ -539,7 +546,8 @@ def _label_continuations(cells):
 
 
 def _part_note(heading: str | None, part: int, cells) -> str:
-    """Speaker notes for a part of a slide the layout split: which part of which slide, and what it shows."""
+    """Speaker notes for a part of a slide the layout split (the first part too): which part of which slide,
+    and what it shows."""
     shows = []
     for cell in cells:
         if slide_type(cell) == "notes" or (cell.cell_type == "markdown" and _HEADING.fullmatch(cell.source.strip())):
