@@ -404,6 +404,15 @@ def test_a_summary_list_stays_on_one_slide_and_its_notes_hold_every_word(tmp_pat
     assert prose_words(slides[0]["text"]) <= PROSE_WORDS + 10
 
 
+def test_a_list_right_under_its_lead_line_is_cut_as_a_list(tmp_path):
+    lead = "An adapter is inserted into every layer. If it starts far from the identity, it scrambles what was learned."
+    items = [f"- ITEM-{i} says what part {i} of the lab does, in a sentence of words that run on and on and on."
+             for i in range(4)]
+    deck = export(tmp_path, [cell("md", "## Plan", "slide"), cell("md", lead + "\nIn this lab:\n" + "\n".join(items))])
+    [slide] = [slide for slide in deck.slides if "Plan" in slide["text"]]
+    assert all(f"ITEM-{i}" in slide["text"] for i in range(4)) and prose_words(slide["text"]) <= PROSE_WORDS + 10
+
+
 def test_a_cell_joins_its_slide_while_there_is_room_the_rest_going_to_the_notes(tmp_path):
     first = "FIRST " + "The first paragraph says one thing in plain words. " * 3
     second = "SECOND " + "The second paragraph adds a sentence worth reading aloud. " * 4

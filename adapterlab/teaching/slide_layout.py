@@ -352,7 +352,8 @@ def prose_words(markdown: str) -> int:
 
 
 def _blocks(markdown: str) -> list[str]:
-    """The blocks of `markdown` (paragraphs, lists, headings, fenced code), in order."""
+    """The blocks of `markdown` (paragraphs, lists, headings, fenced code), in order; a list that follows its
+    paragraph's last line with no blank line between is a block of its own."""
     blocks, current, fenced = [], [], False
     for line in markdown.splitlines():
         if line.lstrip().startswith("```"):
@@ -362,7 +363,8 @@ def _blocks(markdown: str) -> list[str]:
                 blocks.append("\n".join(current))
                 current = []
             continue
-        if line.startswith("#") and not fenced and current:
+        starts_list = _LIST_ITEM.match(line) and current and not _LIST_ITEM.match(current[0])
+        if (line.startswith("#") or starts_list) and not fenced and current:
             blocks.append("\n".join(current))
             current = []
         current.append(line)
