@@ -117,10 +117,8 @@ LEGIBLE = """([minText, minCode, minFigure, minColumn, maxWords, otherSlides]) =
         if (pre.scrollWidth > pre.clientWidth + 1) problems.push(`block ${short(pre)} is cut: ${pre.scrollWidth - pre.clientWidth} px wider than the slide`);
         if (onScreen(pre) < minCode * factor - 0.25) problems.push(`block ${short(pre)} is ${onScreen(pre).toFixed(1)} px, below ${(minCode * factor).toFixed(1)}`);
     }
-    for (const cell of all('td, th')) {  // a table in the text reads at the text's size, an output table at the code's
-        const least = cell.closest('.jp-RenderedMarkdown') ? minText : minCode;
-        if (onScreen(cell) < least * factor - 0.25) { problems.push(`table cell ${short(cell)} is ${onScreen(cell).toFixed(1)} px, below ${(least * factor).toFixed(1)}`); break; }
-    }
+    for (const cell of all('td, th'))
+        if (onScreen(cell) < minCode * factor - 0.25) { problems.push(`table cell ${short(cell)} is ${onScreen(cell).toFixed(1)} px, below ${(minCode * factor).toFixed(1)}`); break; }
     // prose: markdown and the title slide
     const prose = all('.jp-RenderedMarkdown p, .jp-RenderedMarkdown li, .deck-title p, .deck-title li')
         .filter(el => !el.closest('table, pre') && text(el));
