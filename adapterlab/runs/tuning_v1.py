@@ -21,36 +21,8 @@ from ..training.data import get_task
 from ..training.experiment import load_splits
 from .reference import seed_row, within_spread
 from .store import RunStore, find, run_key
+from .tuning import MAX_EXTENSIONS, PROTOCOLS, SEEDS, Protocol
 from .tuning import final_gain, validation_curve  # noqa: F401  (the labs read them from here too)
-
-#: Seeds of the reported runs; the grid is searched on the first.
-SEEDS = (0, 1, 2)
-#: How many steps a grid may grow beyond an edge before the protocol gives up and says so.
-MAX_EXTENSIONS = 3
-
-
-@dataclass(frozen=True)
-class Protocol:
-    """What every tuned run of a task shares: its rows, its length, when it evaluates."""
-
-    task: str
-    validation_rows: int
-    max_train: int | None
-    epochs: float
-    eval_every: int
-
-    def base(self, **settings) -> TrainConfig:
-        return TrainConfig(validation_rows=self.validation_rows, epochs=self.epochs, eval_every=self.eval_every,
-                           batch_size=32, precision="fp32", train_pooler=True, progress=False, **settings)
-
-
-#: SST-2: 1,000 validation rows, one pass over 20,000 of the rest (625 steps), evaluated every 125 steps.
-#: CoLA: 800 validation rows, three epochs over the other 7,751 (729 steps), evaluated every 81 steps.
-PROTOCOLS = {
-    "sst2": Protocol("sst2", validation_rows=1000, max_train=20_000, epochs=1.0, eval_every=125),
-    "cola": Protocol("cola", validation_rows=800, max_train=None, epochs=3.0, eval_every=81),
-}
-
 
 @dataclass(frozen=True)
 class Point:
@@ -133,7 +105,6 @@ def validation_score(record: dict) -> float:
 def plan(protocol: Protocol, lookup, points=POINTS) -> tuple[list[TrainConfig], list[TrainConfig], dict]:
     """The runs the protocol can start now, the runs it waits on (their rate is not selected yet), and each
     point's selection so far."""
-    by_label = {point.label: point for point in points}
     selections, ready, waiting = {}, [], []
     for point in points:
         if point.rate_of is None:
