@@ -23,6 +23,7 @@ MIN_PREDICTIONS = 12
 #: A check_ function called on a line that is not a comment.
 CHECK_CALL = re.compile(r"^[^#\n]*?\b(?P<name>check_\w+)\s*\(", re.M)
 OPTION = re.compile(r"^\s*(?:[-*]\s*)?\(?(?P<letter>[a-d])\)\s+\S", re.M)
+LESSON = "<details><summary>What this teaches</summary>"  # folded until the student opens it
 ANSWER_CELL = re.compile(r'^my_prediction = ""  # write (?P<letters>"a"(?:, "[b-d]")* or "[b-d]"), then run the cells below$')
 
 
@@ -104,7 +105,7 @@ def test_each_prediction_is_question_answer_reveal_and_lesson(number):
 
         later = [i for i in questions if i > index] + [len(cells)]
         lessons = [i for i in range(index + 2, later[0]) if cells[i].cell_type == "markdown"
-                   and cells[i].source.startswith("**What this teaches.**")]
-        assert lessons, f"{where}: no **What this teaches.** cell before the next prediction"
+                   and cells[i].source.startswith(LESSON)]
+        assert lessons, f"{where}: no folded What this teaches cell before the next prediction"
         reveals = [i for i in range(index + 2, lessons[0]) if cells[i].cell_type == "code" and cells[i].get("outputs")]
-        assert reveals, f"{where}: no result with an output between the answer cell and **What this teaches.**"
+        assert reveals, f"{where}: no result with an output between the answer cell and What this teaches"

@@ -4,9 +4,11 @@ The first tests run the stubbing and the output clearing on small hand-written n
 the writing of copies: what it refuses, what it does with a broken lab or folder, and how it keeps
 a student's edited copy. `run.py lab --student` is tried with JupyterLab replaced by a recorder.
 Then every real lab's student copy is scanned for anything the instructor's notebook would give
-away, with the secrets read from the instructor's notebook itself. The last test executes each lab
-that has exercises (CI profile) as the student copy, up to its last self-check cell, and reads the
-outputs; the instructor's self-checks are compared by nbval, which a test here makes sure of.
+away, with the secrets read from the instructor's notebook itself. The last tests execute each lab
+that has exercises (CI profile) as the student copy: up to its last self-check cell, reading the
+outputs (the instructor's self-checks are compared by nbval, which a test here makes sure of), and as
+Run All does, up to the first failing cell, which must be the first exercise saying how to go on. (Lab 0
+has no exercise: its copy is the lab, which nbval runs to the end.)
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import nbformat
 import pytest
 from IPython.core.inputtransformer2 import TransformerManager
 from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
 
 from adapterlab import labfiles, student
 from adapterlab.labfiles import LabNotFoundError, all_labs
@@ -72,7 +75,7 @@ def test_stub_raises_with_the_hint_and_keeps_the_code_around_it():
     assert stubbed.splitlines()[:4] == EXERCISE.splitlines()[:4]
     assert stubbed.splitlines()[-1] == "    return y"
     double = run_source(stubbed)["double"]  # the cell itself still runs: the stub sits in the function body
-    with pytest.raises(NotImplementedError, match="multiply by two"):
+    with pytest.raises(NotImplementedError, match="Multiply by two"):
         double(3)
     assert run_source(EXERCISE)["double"](3) == 6
 
@@ -89,7 +92,33 @@ def test_a_hint_right_above_the_solution_is_used_and_kept_once():
     source = "def f():\n    # HINT: return forty-two\n    ### BEGIN SOLUTION\n    return 42\n    ### END SOLUTION\n"
     stubbed = stub_solutions(source)
     assert stubbed.count("# HINT: return forty-two") == 1
-    with pytest.raises(NotImplementedError, match="return forty-two"):
+    with pytest.raises(NotImplementedError, match="Return forty-two"):
+        run_source(stubbed)["f"]()
+
+
+def test_two_hints_read_as_two_sentences_in_the_stub_s_message():
+    source = ("def f():\n    ### BEGIN SOLUTION\n    # HINT: picture the figure: which point wins?\n"
+              "    # HINT: before you run the check, try a tie\n    return 42\n    ### END SOLUTION\n")
+    with pytest.raises(NotImplementedError) as raised:
+        run_source(stub_solutions(source))["f"]()
+    assert str(raised.value).endswith("Hint: Picture the figure: which point wins? Before you run the check, try a tie.")
+
+
+def test_a_long_hint_goes_on_in_comments_indented_under_it_and_other_comments_stay_secret():
+    source = (
+        "def f():\n"
+        "    ### BEGIN SOLUTION\n"
+        "    # HINT: think of the answer\n"
+        "    #       to everything\n"
+        "    # the answer is forty-two\n"
+        "    #       as the book says\n"
+        "    return 42\n"
+        "    ### END SOLUTION\n"
+    )
+    stubbed = stub_solutions(source)
+    assert "    # HINT: think of the answer\n    #       to everything\n    raise" in stubbed
+    assert "forty-two" not in stubbed and "book" not in stubbed
+    with pytest.raises(NotImplementedError, match="Think of the answer to everything"):
         run_source(stubbed)["f"]()
 
 
@@ -175,7 +204,7 @@ def small_lab():
         nbformat.v4.new_markdown_cell("**Predict.** Is double(0) zero?\n\n(a) yes (b) no", metadata={"tags": ["prediction"]}),
         code_cell('my_prediction = "a"  # write "a", "b" or "c", then run the cells below', "", tags=["prediction"], slide="skip"),
         code_cell("print(double(0) == 0)", "True\n", slide="fragment"),  # the reveal, with no tag at all
-        nbformat.v4.new_markdown_cell("**What this teaches.** Zero stays zero.", metadata={"slideshow": {"slide_type": "fragment"}}),
+        nbformat.v4.new_markdown_cell(f"{student.LESSON}\n\nZero stays zero.\n\n</details>", metadata={"slideshow": {"slide_type": "fragment"}}),
         code_cell("# the check_double(double) above ran\nprint(torch.ones(2).sum())", "tensor(2.)\n"),
         nbformat.v4.new_markdown_cell("Answer (a): point at True.", metadata={"slideshow": {"slide_type": "notes"}}),
     ]
@@ -196,6 +225,21 @@ def test_student_notebook_clears_every_output_that_gives_the_answer_away():
     assert copy_.cells[3].source == original.cells[3].source and copy_.cells[4].source == original.cells[4].source
     assert copy_.cells[6].source == 'my_prediction = ""  # write "a", "b" or "c", then run the cells below'
     assert copy_.cells[7].source == original.cells[7].source
+
+
+def test_a_later_cell_that_runs_the_instructor_s_answer_loses_its_output():
+    nb = nbformat.v4.new_notebook()
+    exercise = nbformat.v4.new_code_cell(EXERCISE)
+    nb.cells = [
+        exercise,
+        code_cell("print('double(21) is 42:', double(21) == 42)", "double(21) is 42: True\n"),
+        code_cell("%time print(double(1))", "2\n"),
+        code_cell("doubled = 'double'  # only the word\nprint(doubled)", "double\n"),
+    ]
+    copied = student_notebook(copy.deepcopy(nb))
+    assert copied.cells[1].outputs == [] and copied.cells[1].execution_count is None
+    assert copied.cells[2].outputs == []
+    assert copied.cells[3].outputs == nb.cells[3].outputs
 
 
 # --------------------------------------------------------------------------------------------------
@@ -410,12 +454,20 @@ def test_a_stub_shows_one_plain_line_in_jupyter_not_a_traceback():
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(source)]
     stubbed = student_notebook(nb).cells[0].source
-    namespace = run_source(stubbed)  # the copy's cell imports what its stub raises
-    with pytest.raises(NotImplementedError) as caught:
+    with pytest.raises(NotImplementedError) as stopped:  # Run All stops at the exercise cell itself
+        run_source(stubbed)  # the copy's cell imports what its stub raises
+    [line] = stopped.value._render_traceback_()  # what IPython shows instead of the traceback
+    assert line.startswith("The answer is missing: `f` is not written yet") and "Run Selected Cell and All Below" in line
+
+    namespace = run_source(stubbed.replace("stop_unless_written(f)", ""))
+    with pytest.raises(NotImplementedError) as caught:  # calling the stub itself, as a check does
         namespace["f"]()
     assert type(caught.value).__name__ == "AnswerMissing"
-    [line] = caught.value._render_traceback_()  # what IPython shows instead of the traceback
-    assert line.startswith("The answer is missing") and "think of forty-two" in line
+    [line] = caught.value._render_traceback_()
+    assert line.startswith("The answer is missing") and "Think of forty-two" in line
+
+    namespace["f"] = lambda: 42  # written: the exercise no longer stops anything
+    exec(compile("stop_unless_written(f)", "<cell>", "exec"), namespace)
 
 
 def test_a_widget_s_saved_text_form_becomes_a_one_line_hint():
@@ -462,6 +514,59 @@ def test_a_student_s_edited_copy_is_never_lost(tmp_path, capsys):
     assert updated.status == student.UPDATED and updated.kept is None
     assert "and another" in first.path.read_text()
     assert sorted(p.name for p in out.glob("*.ipynb")) == sorted([first.path.name, replaced.kept.name])
+
+
+def test_an_autosave_after_the_status_is_taken_is_kept(tmp_path, monkeypatch):
+    """JupyterLab saves the open copy between the status check (the copy untouched, so to be updated) and the
+    replacement: the save is kept beside the new copy, not written over."""
+    lab = write_lab(tmp_path / "src")
+    out = tmp_path / "out"
+    [first] = make_student_copies([str(lab)], out)
+    edit(lab, "the instructor fixed a typo")
+    real_stage = student._stage
+
+    def stage_then_autosave(folder, name, text):
+        staged = real_stage(folder, name, text)
+        if name == lab.name:
+            edit(first.path, "saved by JupyterLab just now")
+        return staged
+
+    monkeypatch.setattr(student, "_stage", stage_then_autosave)
+    [result] = make_student_copies([str(lab)], out)
+    assert result.status == student.REPLACED and result.kept is not None
+    assert "saved by JupyterLab just now" in result.kept.read_text()
+    assert "fixed a typo" in first.path.read_text() and "just now" not in first.path.read_text()
+
+
+def test_an_autosave_while_the_new_copy_moves_in_is_kept(tmp_path, monkeypatch):
+    """A save that lands after the old copy is moved aside and before the new one is in place is kept too."""
+    lab = write_lab(tmp_path / "src")
+    out = tmp_path / "out"
+    [first] = make_student_copies([str(lab)], out)
+    edit(lab, "the instructor fixed a typo")
+    real_link, saves = os.link, []
+
+    def autosave_then_link(source, target):
+        if not saves:
+            saves.append(Path(target).write_text("saved by JupyterLab in between\n"))
+        return real_link(source, target)
+
+    monkeypatch.setattr(student.os, "link", autosave_then_link)
+    [result] = make_student_copies([str(lab)], out)
+    monkeypatch.undo()
+    assert result.status == student.REPLACED and result.kept.read_text() == "saved by JupyterLab in between\n"
+    assert "fixed a typo" in first.path.read_text()
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == sorted([first.path.name, result.kept.name])
+
+
+def test_two_notebooks_with_one_copy_name_are_refused_naming_both(tmp_path, capsys):
+    one, other = write_lab(tmp_path / "a"), write_lab(tmp_path / "b")
+    code, printed, err = student_run([str(one), str(other)], tmp_path / "out", capsys)
+    assert code == 2 and printed == "" and err.count("\n") == 1
+    assert "a/01_small.ipynb" in err and "b/01_small.ipynb" in err and "--out" in err
+    assert not (tmp_path / "out").exists()
+    [result] = make_student_copies([str(one), str(one)], tmp_path / "out")  # one lab named twice is one lab
+    assert result.status == student.NEW
 
 
 def test_a_copy_nothing_is_known_about_is_kept_when_it_differs(tmp_path):
@@ -579,15 +684,26 @@ def solution_regions(source: str) -> list[list[str]]:
     return regions
 
 
+def without_hints(region: list[str]) -> list[str]:
+    """A solution's lines less its hints: `# HINT:` lines and the comment lines indented under them."""
+    kept, in_hint = [], False
+    for line in region:
+        in_hint = line.strip().startswith("# HINT:") or (in_hint and re.match(r"\s*#\s{2,}\S", line) is not None)
+        if not in_hint:
+            kept.append(line)
+    return kept
+
+
 def secret_lines(nb) -> set[str]:
     """Solution lines (not hints, not blank) that the instructor's code shows nowhere outside a solution."""
-    inside = {line.strip() for cell in nb.cells if has_solution(cell) for region in solution_regions(cell.source) for line in region}
+    inside = {line.strip() for cell in nb.cells if has_solution(cell)
+              for region in solution_regions(cell.source) for line in without_hints(region)}
     outside = set()
     for cell in nb.cells:
         if cell.cell_type == "code":
             region_lines = {line for region in solution_regions(cell.source) for line in region}
             outside |= {line.strip() for line in cell.source.splitlines() if line not in region_lines}
-    return {line for line in inside - outside if line and not line.startswith("# HINT:")}
+    return {line for line in inside - outside if line}
 
 
 def output_lines(cell) -> list[str]:
@@ -625,12 +741,12 @@ def without_notes(nb):
 
 
 def outputs_before_a_reveal(cells) -> list[int]:
-    """Code cells with an output between a prediction's question and its **What this teaches.** cell."""
+    """Code cells with an output between a prediction's question and its folded What this teaches cell."""
     shown = []
     for start, cell in enumerate(cells):
         if cell.cell_type == "markdown" and cell.source.startswith("**Predict.**"):
             for index in range(start + 1, len(cells)):
-                if cells[index].cell_type == "markdown" and cells[index].source.startswith("**What this teaches.**"):
+                if cells[index].cell_type == "markdown" and cells[index].source.startswith("<details><summary>What this teaches</summary>"):
                     break
                 if cells[index].cell_type == "code" and cells[index].get("outputs"):
                     shown.append(index)
@@ -739,3 +855,35 @@ def test_student_copy_reports_every_answer_missing(lab, tmp_path, monkeypatch):
         assert failure.ename == "CheckFailed", f"check cell {check} crashed instead of reporting: {failure.ename}: {failure.evalue}"
         assert "missing" in failure.evalue, failure.evalue
         assert stub_errors == ["AnswerMissing"] or "NotImplementedError" in failure.evalue, failure.evalue
+
+
+def unwritten_answers(source: str) -> list[str]:
+    """The top-level functions and classes of an instructor's exercise cell that hold a solution, read as text."""
+    blocks = re.split(r"^(?=\S)", source, flags=re.M)  # a block starts at each unindented line
+    names = [re.match(r"(?:async\s+)?(?:def|class)\s+(\w+)", block) for block in blocks if "### BEGIN SOLUTION" in block]
+    return [name[1] for name in names if name]
+
+
+@pytest.mark.parametrize("lab", labs_with_exercises(), ids=lambda lab: lab.stem)
+def test_run_all_stops_only_at_an_exercise_and_says_how_to_go_on(lab, tmp_path, monkeypatch):
+    """Run All on a fresh student copy (CI profile): the first cell that fails is the first exercise, and it says
+    in one line which answer is missing, that the cells below did not run, and how to go on from there."""
+    monkeypatch.setenv("ADAPTERLAB_PROFILE", "ci")
+    [result] = make_student_copies([str(lab)], tmp_path)
+    student_copy = nbformat.read(result.path, as_version=4)
+    first = next(index for index, cell in enumerate(student_copy.cells) if "raise AnswerMissing(" in cell.source)
+    instructor = without_notes(nbformat.read(lab, as_version=4)).cells[first]
+    assert has_solution(instructor), f"cell {first} of the copy is not the instructor's exercise cell"
+
+    student_copy.cells = student_copy.cells[: first + 1]  # Run All would stop here or before: nothing later runs
+    client = NotebookClient(student_copy, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(lab.parent)}})
+    with pytest.raises(CellExecutionError):
+        client.execute()
+    failed = [index for index, cell in enumerate(student_copy.cells) if errors(cell)]
+    assert failed == [first], f"Run All stopped at cell {failed[0]}, before the exercise at cell {first}"
+    [error] = errors(student_copy.cells[first])
+    [line] = error.traceback  # one line, no traceback
+    assert line.startswith("The answer is missing"), line
+    for name in unwritten_answers(instructor.source):
+        assert f"`{name}`" in line, f"the message does not name {name}: {line}"
+    assert "cells below it did not run" in line and "Run → Run Selected Cell and All Below" in line, line

@@ -6,14 +6,19 @@ open with test markers and repeat the stand-in notice on every slide that loads 
 groups it into slides:
 
 - cells tagged ``deck-skip`` are left out; cells tagged ``deck-hide-input`` show only their output;
-- ``# NBVAL_...`` lines and nbgrader's solution markers are removed from the code;
-- stderr outputs (the stand-in NOTICE) are left out: the title slide carries the notice once;
+- ``# NBVAL_...`` lines and nbgrader's solution markers are removed from the code, which is otherwise
+  shown exactly as written (the labs' code fits 88 columns);
+- a folded ``<details>`` block shows its summary, then its body as a fragment (the next key press);
+- stderr outputs (the stand-in NOTICE) and the printed stand-in backbone line are left out: the title
+  slides carry them once;
 - absolute paths in outputs become short relative ones (a deck must not show a machine's folders);
 - plotly figures get a height that fits a slide;
 - a prediction (markdown and code cells tagged ``prediction``) becomes a slide of its own, its code
   cell left out, the next cell revealed as a fragment;
-- a slide whose estimated height exceeds the slide continues on a new subslide, and a code cell
-  whose outputs do not fit beside its code shows them on subslides of their own.
+- a slide whose estimated height exceeds the slide continues on a new subslide, a code cell taller
+  than a slide shows its code over subslides, cut between top-level statements (every line as
+  written), and a code cell whose outputs do not fit beside its code shows them on subslides of
+  their own.
 
 The estimate is coarse on purpose; the deck's template measures each slide in the browser and
 scales down, within a readable limit, what still does not fit. `deck_title` collects what the
@@ -26,12 +31,10 @@ import ast
 import base64
 import copy
 import html
-import io
 import math
 import re
 import struct
 import textwrap
-import tokenize
 
 from nbconvert.preprocessors import Preprocessor
 
@@ -43,14 +46,19 @@ PREDICTION_TAG = "prediction"
 
 # Slide geometry in reveal.js units (the deck is 1280 × 720, scaled to the screen; no prompts).
 SLIDE_BUDGET_PX = 660  # the slide's height less the cells' padding
-FIGURE_HEIGHT_PX = 420
+FIGURE_HEIGHT_PX = 420  # a figure's height when it does not ask for one
+FIGURE_MAX_PX = 560  # the most a figure may ask for (a legend in rows, a note under its title): a heading fits above
+FIGURE_FIT_PX = 360  # a figure counts this high at most: the deck gives it less height where the slide needs it
 TEXT_LINE_PX, TEXT_CHARS = 36, 92  # markdown at 26 px
 CODE_LINE_PX, CODE_CHARS = 28, 96  # code and text outputs at 21 px (DejaVu Sans Mono: 12.6 px a character)
-CODE_WIDTH = 90  # longer code lines are reflowed for the deck, longer output lines wrapped (a hanging indent)
 FIGURE_FONT_PX = 18  # the smallest text in a figure (axis titles, ticks, legend)
 HEADING_PX = 60
 PROSE_WORDS = 55  # words of prose a slide shows (the browser tests allow about 60); the rest goes to its notes
+MIN_ROOM_WORDS = 20  # a markdown cell joining a slide with less room than this starts a slide of its own
+MIN_ITEM_WORDS = 6  # a list item on a full slide shows at least this many of its words
+MIN_SENTENCE_WORDS = 8  # less room than this on a slide, and a paragraph moves whole to the notes
 CELL_GAP_PX = 16
+LABEL_PX = HEADING_PX + CELL_GAP_PX  # the heading a split-off slide repeats, with its gap
 
 _MARKER_LINE = re.compile(r"^\s*(#\s*NBVAL_\w*|###\s*(BEGIN|END)\s+SOLUTION)\b.*$")
 # "GLUE folder /any/abs/path/SST-2/train.tsv" → "GLUE SST-2/train.tsv"
@@ -58,6 +66,8 @@ _GLUE_PATH = re.compile(r"GLUE folder:? (?:/|[A-Za-z]:\\)\S*?[/\\]([\w.-]+[/\\][
 # any other absolute path (POSIX with two or more parts, home-relative, or Windows) → its last part
 _ABSOLUTE_PATH = re.compile(r"(?<![\w.:/\\~-])(?:~|(?:[A-Za-z]:)?)(?:[/\\][\w.+-]+){2,}[/\\]?")
 _BACKBONE_LINE = re.compile(r"\bBackbone: ([^|\n]+)")
+# the line a lab prints when it loads a backbone: the title slides say it once for the deck
+_STANDIN_LINE = re.compile(r"^Backbone: [^\n]*\bstand-in\b[^\n]*(?:\n|$)", re.MULTILINE)
 _DATA_LINE = re.compile(r"\b((?:SST-2|CoLA|[A-Z][\w-]+) (?:train|dev|test)): [\d,]+(?: of [\d,]+)? rows.* from (.+)$", re.MULTILINE)
 
 
@@ -100,7 +110,7 @@ def output_height(output) -> int:
         return _wrapped_lines(output.get("text", ""), CODE_CHARS) * CODE_LINE_PX + 8
     data = output.get("data", {})
     if PLOTLY_MIME in data:
-        return data[PLOTLY_MIME].get("layout", {}).get("height", FIGURE_HEIGHT_PX) + 8
+        return min(data[PLOTLY_MIME].get("layout", {}).get("height", FIGURE_HEIGHT_PX), FIGURE_FIT_PX) + 8
     if "image/png" in data:
         return _png_height(data["image/png"]) + 8
     if "text/html" in data:
@@ -152,7 +162,9 @@ class LectureLayout(Preprocessor):
                 continue
             if cell.cell_type == "code":
                 _clean_code_cell(cell)
-            cells.append(cell)
+                cells.append(cell)
+            else:
+                cells += unfolded(cell)
         if title is not None and not title_cell.source.strip():
             _removed(title_cell)
         cells = _within_words(_carry_slide_starts(_predictions_as_slides(cells)))
@@ -190,14 +202,14 @@ def _clean_code_cell(cell) -> None:
     cell.source = "\n".join(line for line in cell.source.splitlines() if not _MARKER_LINE.match(line)).strip("\n")
     if HIDE_INPUT_TAG in tags(cell):
         cell.metadata.setdefault("transient", {})["remove_source"] = True
-    else:
-        cell.source = reflow_code(cell.source)
     kept = []
     for output in cell.get("outputs", []):
         if output.get("name") == "stderr" or WIDGET_VIEW_MIME in output.get("data", {}):
             continue  # the notice is on the title slides; a widget needs a kernel (the deck drops it)
         if "text" in output:
-            output["text"] = relative_paths(output["text"])
+            output["text"] = relative_paths(_STANDIN_LINE.sub("", output["text"]))
+            if not output["text"].strip():
+                continue
         data = output.get("data", {})
         for mime in ("text/plain", "text/html", "text/markdown"):
             if mime in data:
@@ -207,7 +219,7 @@ def _clean_code_cell(cell) -> None:
         if PLOTLY_MIME in data:
             legible_figure(data[PLOTLY_MIME])
             layout = data[PLOTLY_MIME].setdefault("layout", {})
-            layout["height"] = min(layout.get("height") or FIGURE_HEIGHT_PX, FIGURE_HEIGHT_PX)
+            layout["height"] = min(layout.get("height") or FIGURE_HEIGHT_PX, FIGURE_MAX_PX)
             layout.pop("width", None)
             layout["autosize"] = True
         kept.append(output)
@@ -227,15 +239,38 @@ def _legible_text(output):
     table = text_tables_as_html(text)
     if table is not None:
         return {"output_type": "display_data", "metadata": {}, "data": {"text/html": table}}
-    listing = reflow_code(text.rstrip("\n"), CODE_CHARS)  # a printed source listing is reflowed as code
-    if listing != text.rstrip("\n"):
-        text = listing + "\n"
     wrapped = "\n".join(piece for line in text.split("\n") for piece in wrap_output_line(line))
     if output.get("output_type") == "stream":
         output["text"] = wrapped
     else:
         data["text/plain"] = wrapped
     return output
+
+
+_DETAILS = re.compile(r"<details>\s*<summary>(.*?)</summary>(.*?)</details>", re.S)
+
+
+def unfolded(cell) -> list:
+    """A markdown cell with folded ``<details>`` blocks as the deck shows it: the text before each block
+    and its summary (in bold) in one cell, the block's body in the next cell as a fragment, revealed
+    by the next key press, as a student opens it in JupyterLab."""
+    match = _DETAILS.search(cell.source)
+    if cell.cell_type != "markdown" or match is None:
+        return [cell]
+    summary = " ".join(re.sub(r"<[^>]+>", "", match.group(1)).split())
+    before = cell.source[: match.start()].strip()
+    body = _markdown_cell(f"**{summary.rstrip('.')}.** {match.group(2).strip()}", "fragment")
+    body.metadata["deck_keep_with_previous"] = True
+    rest = cell.source[match.end():].strip()
+    after = unfolded(_markdown_cell(rest, "-")) if rest else []
+    if not before:  # the block alone: it takes the cell's place (and its slide start, if any)
+        body.metadata["slideshow"] = cell.metadata.get("slideshow", {"slide_type": "fragment"})
+        if slide_type(body) in ("-", "notes"):
+            set_slide_type(body, "fragment")
+        return [body] + after
+    shown = copy.deepcopy(cell)
+    shown.source = before
+    return [shown, body] + after
 
 
 def _predictions_as_slides(cells):
@@ -289,23 +324,32 @@ def _fit_to_slides(cells):
             continue
         if kind in ("slide", "subslide"):
             used = 0
-        pieces = _split_outputs(cell) if cell.cell_type == "code" else [cell]
+        pieces = [out for code in _split_code(cell) for out in _split_outputs(code)] if cell.cell_type == "code" else [cell]
         while pieces:
             piece = pieces.pop(0)
             height = cell_height(piece)
             keep = piece.metadata.get("deck_keep_with_previous")
-            if keep and used + height > SLIDE_BUDGET_PX and piece.cell_type == "code" and piece.get("outputs") \
-                    and piece.source and not piece.metadata.get("transient", {}).get("remove_source"):
+            shows_code = piece.cell_type == "code" and piece.source and not piece.metadata.get("transient", {}).get("remove_source")
+            if keep and used + height > SLIDE_BUDGET_PX and shows_code and piece.get("outputs") \
+                    and used + cell_height(_without_outputs(piece)) <= SLIDE_BUDGET_PX:
                 # a reveal that does not fit under its prediction: its code there, its outputs on a subslide
                 rest = _continued_outputs(piece, "out")
+                rest.metadata["deck_continued"] = RESULT  # a slide of its own by design, not an overflow
                 rest.outputs = piece.outputs
                 piece.outputs = []
                 pieces.insert(0, rest)
                 height = cell_height(piece)
-            if used and used + height > SLIDE_BUDGET_PX and slide_type(piece) in ("-", "fragment") and not keep:
+            if keep and used + height > SLIDE_BUDGET_PX:
+                set_slide_type(piece, "subslide")  # a reveal that does not fit under what it answers
+                piece.metadata["deck_continued"] = RESULT
+                piece.metadata.pop("deck_keep_with_previous")
+                used = LABEL_PX
+            elif used and used + height > SLIDE_BUDGET_PX and slide_type(piece) in ("-", "fragment") and not keep:
                 set_slide_type(piece, "subslide")
                 piece.metadata["deck_continued"] = True
-                used = 0
+                used = LABEL_PX  # the heading `_label_continuations` repeats above it
+            elif piece.metadata.get("deck_continued") and slide_type(piece) == "subslide":
+                used = LABEL_PX
             used += height
             fitted.append(piece)
     return fitted
@@ -325,7 +369,8 @@ def prose_words(markdown: str) -> int:
 
 
 def _blocks(markdown: str) -> list[str]:
-    """The blocks of `markdown` (paragraphs, lists, headings, fenced code), in order."""
+    """The blocks of `markdown` (paragraphs, lists, headings, fenced code), in order; a list that follows its
+    paragraph's last line with no blank line between is a block of its own."""
     blocks, current, fenced = [], [], False
     for line in markdown.splitlines():
         if line.lstrip().startswith("```"):
@@ -335,7 +380,8 @@ def _blocks(markdown: str) -> list[str]:
                 blocks.append("\n".join(current))
                 current = []
             continue
-        if line.startswith("#") and not fenced and current:
+        starts_list = _LIST_ITEM.match(line) and current and not _LIST_ITEM.match(current[0])
+        if (line.startswith("#") or starts_list) and not fenced and current:
             blocks.append("\n".join(current))
             current = []
         current.append(line)
@@ -369,80 +415,88 @@ def _sentences(paragraph: str) -> list[str]:
 _LIST_ITEM = re.compile(r"[*+-] |\d+\. ")
 
 
-def _split_prose(markdown: str, budget: int, prediction: bool) -> tuple[str, str, str]:
-    """(what the slide shows, what moves to its notes, what moves to the next slide) for a markdown cell
-    with more than `budget` words. Headings and formulas stay whole; a long paragraph is cut between
-    sentences, the rest going to the notes; a list is cut between items, the rest (and what follows it)
-    going to the next slide. A prediction keeps
-    its question and its choices: the sentences that lead up to the question move to the notes."""
+def _first_sentences(text: str, room: int) -> tuple[str, str]:
+    """(the leading sentences of `text` within `room` words, at least one; the rest)."""
+    sentences, kept, used = _sentences(text), [], 0
+    for sentence in sentences:
+        if kept and used + prose_words(sentence) > room:
+            break
+        kept.append(sentence)
+        used += prose_words(sentence)
+    return " ".join(kept), " ".join(sentences[len(kept):])
+
+
+def _first_words(item: str, room: int) -> str:
+    """A list item cut to its first `room` words of prose (and " …") when longer; a formula is never cut."""
+    if prose_words(item) <= room:
+        return item
+    kept, words = [], 0
+    for piece in re.split(r"(\$[^$\n]+\$|\s+)", item):
+        words += len(re.findall(r"\S*\w\S*", piece)) if not piece.startswith("$") else 0
+        if words > room:
+            break
+        kept.append(piece)
+    return "".join(kept).rstrip(" ,;:") + " …"
+
+
+def _split_prose(markdown: str, room: int, prediction: bool) -> tuple[str, str]:
+    """(what the slide shows, what moves to its notes) for a markdown cell with more than `room` words.
+    Headings and formulas stay whole; a paragraph shows the sentences that fit, the rest (and the
+    paragraphs after it) going to the notes; a list stays whole on the slide, each item cut to its first
+    sentence when the list does not fit, and to its share of the room after that (a summary reads on one
+    slide), the whole list in the notes. A
+    prediction keeps its question and its choices: the sentences that lead up to the question move to
+    the notes."""
     blocks = _blocks(markdown)
     if prediction:
         first = next((i for i, block in enumerate(blocks) if not block.startswith("#")), None)
         if first is None:
-            return markdown, "", ""
+            return markdown, ""
         sentences = _sentences(blocks[first])
         if len(sentences) < 2:
-            return markdown, "", ""
+            return markdown, ""
         lead = sentences[0].split("**", 2)[1] if sentences[0].startswith("**") and sentences[0].count("**") >= 2 else ""
         kept = ([f"**{lead}**"] if lead else []) + [sentences[-1]]
         moved = " ".join(sentences[:-1])
         if lead:
             moved = moved.replace(f"**{lead}**", "", 1).strip()
-        return "\n\n".join(blocks[:first] + [" ".join(kept)] + blocks[first + 1 :]), moved, ""
+        return "\n\n".join(blocks[:first] + [" ".join(kept)] + blocks[first + 1 :]), moved
     shown, moved, used = [], [], 0
-    for block in blocks:
+    items_of = {i: re.split(r"\n(?=[*+-] |\d+\. )", block) for i, block in enumerate(blocks) if _LIST_ITEM.match(block)}
+    for i, block in enumerate(blocks):
         words = prose_words(block)
-        if moved:
-            moved.append(block)
-        elif used + words <= budget or block.startswith("#"):
+        # the room the lists after this block need at the least: a paragraph before them leaves it to them
+        reserve = sum(MIN_ITEM_WORDS * len(items) for later, items in items_of.items() if later > i)
+        if block.startswith("#") or (not moved and used + words <= room - reserve):
             shown.append(block)
             used += words
-        elif _LIST_ITEM.match(block):  # the items that fit; the others, and what follows, on the next slide
-            items, kept = re.split(r"\n(?=[*+-] |\d+\. )", block), []
-            for item in items:
-                if used + prose_words(item) > budget and (kept or used):
-                    break
-                if used + prose_words(item) > budget:  # one item longer than a slide: its first sentences
-                    sentences, first = _sentences(item), []
-                    for sentence in sentences:
-                        if first and used + prose_words(sentence) > budget:
-                            break
-                        first.append(sentence)
-                        used += prose_words(sentence)
-                    item, tail = " ".join(first), " ".join(sentences[len(first):])
-                    if tail:
-                        moved.append(tail)
-                else:
-                    used += prose_words(item)
-                kept.append(item)
-            if kept:
-                shown.append("\n".join(kept))
-            later = ["\n".join(items[len(kept):])] if items[len(kept):] else []
-            return "\n\n".join(shown), "\n\n".join(moved), "\n\n".join(later + blocks[blocks.index(block) + 1 :])
-        elif used:
-            moved.append(block)
-        else:  # one long paragraph: the sentences that fit
-            sentences, kept = _sentences(block), []
-            for sentence in sentences:
-                if kept and used + prose_words(sentence) > budget:
-                    break
-                kept.append(sentence)
-                used += prose_words(sentence)
-            shown.append(" ".join(kept))
-            rest = " ".join(sentences[len(kept):])
+        elif i in items_of and not moved:
+            items = items_of[i]
+            share = max((room - used) // len(items), MIN_ITEM_WORDS)
+            firsts = [_first_words(_first_sentences(item, 0)[0], share) for item in items]
+            shown.append("\n".join(firsts))
+            used += sum(prose_words(first) for first in firsts)
+            if firsts != items:
+                moved.append(block)
+        elif not moved and room - reserve - used >= MIN_SENTENCE_WORDS \
+                and (not used or prose_words(_sentences(block)[0]) <= room - reserve - used):
+            kept, rest = _first_sentences(block, room - reserve - used)
+            shown.append(kept)
+            used += prose_words(kept)
             if rest:
                 moved.append(rest)
-    return "\n\n".join(shown), "\n\n".join(moved), ""
+        else:
+            moved.append(block)
+    return "\n\n".join(shown), "\n\n".join(moved)
 
 
 def _within_words(cells):
-    """Keep a slide's prose within PROSE_WORDS: a markdown cell that would pass it starts a slide of its
-    own, and a cell longer than that shows its first part, the rest going to the slide's speaker notes
-    (a paragraph's tail) or to the next slide (a list's later items and what follows them)."""
+    """Keep a slide's prose within PROSE_WORDS: a markdown cell shows what fits beside the prose already
+    on its slide, the rest going to the slide's speaker notes (see `_split_prose`). A cell starts a slide
+    of its own, continuing the one before, only when its slide has under MIN_ROOM_WORDS words of room
+    left: a slide is split where it is full, not wherever a cell ends."""
     shown, used, started = [], 0, False  # started: the slide already shows something
-    queue = list(cells)
-    while queue:
-        cell = queue.pop(0)
+    for cell in cells:
         kind = slide_type(cell)
         if kind in ("slide", "subslide"):
             used, started = 0, False
@@ -451,33 +505,38 @@ def _within_words(cells):
             started = started or kind != "notes"
             continue
         words = prose_words(cell.source)
-        crowded = used + words > PROSE_WORDS and (used or (words > PROSE_WORDS and started))
-        started = True
-        if crowded and kind not in ("slide", "subslide") and not cell.metadata.get("deck_keep_with_previous"):
-            set_slide_type(cell, "subslide")
-            cell.metadata["deck_continued"] = True  # the same slide, continued: same heading, same notes
+        full = used + words > PROSE_WORDS and PROSE_WORDS - used < MIN_ROOM_WORDS and started
+        keep = cell.metadata.get("deck_keep_with_previous")
+        if keep and started and kind not in ("slide", "subslide") and used + words > PROSE_WORDS:
+            set_slide_type(cell, "subslide")  # a reveal that does not fit: the next key press shows it alone
+            cell.metadata["deck_continued"] = RESULT
+            cell.metadata.pop("deck_keep_with_previous")
             used = 0
+        elif full and kind not in ("slide", "subslide") and not keep:
+            set_slide_type(cell, "subslide")
+            cell.metadata["deck_continued"] = True
+            used = 0
+        started = True
         shown.append(cell)
-        if words > PROSE_WORDS:
-            cell.source, moved, later = _split_prose(cell.source, PROSE_WORDS, PREDICTION_TAG in tags(cell))
+        if used + words > PROSE_WORDS:
+            room = max(PROSE_WORDS - used, MIN_SENTENCE_WORDS)
+            cell.source, moved = _split_prose(cell.source, room, PREDICTION_TAG in tags(cell))
             if moved:
                 shown.append(_markdown_cell(moved, "notes"))
-            if later:
-                following = _markdown_cell(later, "subslide")
-                following.metadata["deck_continued"] = True
-                queue.insert(0, following)
             words = prose_words(cell.source)
         used += words
     return shown
 
 
 _HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
+RESULT = "result"  # marks the slide that shows a prediction's result under its own label
 
 
 def _label_continuations(cells):
-    """Each subslide the layout started, and each slide that shows only outputs, opens with the heading
-    before it, marked as continued, and carries that slide's speaker notes when it has none of its own: a slide never shows a
-    lone output, and every result slide has notes."""
+    """Each subslide the layout started opens with the heading before it, marked as continued, and each
+    slide that shows only outputs opens with that heading: a slide never shows a lone output. A slide the
+    layout split gets speaker notes of its own when none of the notebook's notes fall on it (which part
+    it is and what it shows, in a line): two slides never carry the same notes."""
     groups, heading = [], None
     for cell in cells:
         continued = cell.metadata.pop("deck_continued", False)
@@ -488,27 +547,60 @@ def _label_continuations(cells):
         if cell.cell_type == "markdown" and slide_type(cell) != "notes":
             found = _HEADING.findall(cell.source)
             heading = found[-1] if found else heading
-    notes = {}
-    for group in groups:
-        notes.setdefault(group["origin"], []).extend(c for c in group["cells"] if slide_type(c) == "notes")
+    parts: dict[int, int] = {}
     shown = []
     for group in groups:
         body = group["cells"]
+        parts[group["origin"]] = parts.get(group["origin"], 0) + 1
         says = [c for c in body if c.cell_type == "markdown" and slide_type(c) != "notes" and c.source.strip()]
         results = any(c.cell_type == "code" and c.get("outputs") for c in body)
         if group["heading"] and ((group["continued"] and not any(_HEADING.search(c.source) for c in says))
                                  or (results and not says)):
             starts = slide_type(body[0]) if slide_type(body[0]) in ("slide", "subslide") else "subslide"
-            label = _markdown_cell(f"### {group['heading'].rstrip('.:')} (continued)", starts)
+            continued = {RESULT: ": the result", True: " (continued)"}.get(group["continued"], "")
+            label = _markdown_cell(f"### {group['heading'].rstrip('.:')}{continued}", starts)
             set_slide_type(body[0], "-")
             body = [label] + body
-        if not any(slide_type(c) == "notes" for c in body):
-            body = body + [copy.deepcopy(c) for c in notes.get(group["origin"], [])]
+        split = group["continued"] or any(other["origin"] == group["origin"] and other is not group for other in groups)
+        if split and not any(slide_type(c) == "notes" for c in body):
+            body = body + [_markdown_cell(_part_note(group["heading"], parts[group["origin"]], body), "notes")]
         shown += body
     for number, cell in enumerate(shown):  # copies share their cell ids; a deck needs them unique
         if "id" in cell and any(cell["id"] == other.get("id") for other in shown[:number]):
             cell["id"] = f"{cell['id'][:56]}-c{number}"
     return shown
+
+
+def _part_note(heading: str | None, part: int, cells) -> str:
+    """Speaker notes for a part of a slide the layout split (the first part too): which part of which slide,
+    and what it shows."""
+    shows = []
+    for cell in cells:
+        if slide_type(cell) == "notes" or (cell.cell_type == "markdown" and _HEADING.fullmatch(cell.source.strip())):
+            continue
+        if cell.cell_type == "markdown" and cell.source.strip():
+            first = _sentences(" ".join(cell.source.split()))[0]
+            shows.append(" ".join(first.split()[:16]) + (" …" if len(first.split()) > 16 else ""))
+        elif cell.cell_type == "code":
+            line = next((line.strip() for line in cell.source.splitlines() if line.strip()), "")
+            hidden = cell.metadata.get("transient", {}).get("remove_source")
+            if line and not hidden:
+                shows.append(f"the code `{line[:60]}`")
+            shows += [_output_kind(output) for output in cell.get("outputs", [])][:2]
+    where = f"“{heading.rstrip('.:')}”" if heading else "this section"
+    return f"Part {part} of {where}: " + ("; ".join(shows) or "what the part before it leads to") + "."
+
+
+def _output_kind(output) -> str:
+    """What an output is, in a few words for the speaker notes."""
+    data = output.get("data", {})
+    if PLOTLY_MIME in data or "image/png" in data:
+        return "the figure"
+    if "<table" in "".join(data.get("text/html", "")):
+        return "the table"
+    text = output.get("text", "") or "".join(data.get("text/plain", ""))
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return f"the lines from “{first[:50]}”" if first else "the output"
 
 
 def _markdown_cell(source: str, kind: str):
@@ -531,20 +623,68 @@ def _continued_outputs(cell, suffix: str):
     return piece
 
 
+def _without_outputs(cell):
+    bare = copy.copy(cell)
+    bare["outputs"] = []
+    return bare
+
+
+def _split_code(cell):
+    """The cell's code cut, where it is taller than a slide under a heading, between top-level statements
+    into parts that each fit; the last part keeps the outputs. Every line stays as written: the slides
+    show the students' code, only over more than one slide."""
+    room = (SLIDE_BUDGET_PX - LABEL_PX - CELL_GAP_PX - 20) // CODE_LINE_PX
+    if cell.metadata.get("transient", {}).get("remove_source") or _wrapped_lines(cell.source, CODE_CHARS) <= room:
+        return [cell]
+    try:
+        statements = ast.parse(cell.source).body
+    except SyntaxError:  # IPython syntax: shown whole, the deck scales it
+        return [cell]
+    lines = cell.source.split("\n")
+    starts = [min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))]) - 1 for node in statements]
+    bounds = [0, *starts[1:], len(lines)]
+    parts, used = [[]], 0
+    for first, last in zip(bounds, bounds[1:]):
+        block = lines[first:last]
+        height = _wrapped_lines("\n".join(block), CODE_CHARS)
+        if parts[-1] and used + height > room:
+            parts.append([])
+            used = 0
+        parts[-1] += block
+        used += height
+    if len(parts) == 1:
+        return [cell]
+    pieces = []
+    for number, part in enumerate(parts):
+        piece = copy.deepcopy(cell)
+        piece.source = "\n".join(part).strip("\n")
+        if number < len(parts) - 1:
+            piece.outputs = []
+        if number:
+            if "id" in piece:
+                piece["id"] = f"{cell['id']}-code{number}"[:64]
+            piece.metadata.pop("deck_keep_with_previous", None)
+            set_slide_type(piece, "subslide")
+            piece.metadata["deck_continued"] = True
+        pieces.append(piece)
+    return pieces
+
+
 def _split_outputs(cell):
-    """The cell, followed by output-only copies holding the outputs that do not fit with what precedes them."""
-    if cell_height(cell) <= SLIDE_BUDGET_PX or not cell.get("outputs"):
+    """The cell, followed by output-only copies holding the outputs that do not fit with what precedes them
+    (on a slide that opens with a heading: a cell split off a slide gets one repeated above it)."""
+    if cell_height(cell) <= SLIDE_BUDGET_PX - LABEL_PX or not cell.get("outputs"):
         return [cell]
     outputs, cell.outputs = [piece for output in cell.outputs for piece in _stream_pages(output)], []
     shows_code = bool(cell.source) and not cell.metadata.get("transient", {}).get("remove_source")
-    pieces, used = [cell], cell_height(cell)
+    pieces, used = [cell], LABEL_PX + cell_height(cell)
     for output in outputs:
         height = output_height(output)
         has_content = pieces[-1].outputs or (pieces[-1] is cell and shows_code)
         if has_content and used + height > SLIDE_BUDGET_PX:
             piece = _continued_outputs(cell, str(len(pieces)))
             pieces.append(piece)
-            used = CELL_GAP_PX
+            used = CELL_GAP_PX + LABEL_PX
         pieces[-1].outputs.append(output)
         used += height
     return pieces
@@ -605,208 +745,8 @@ def deck_title(nb, title: str | None, notices: list[str]) -> dict:
 
 
 # --------------------------------------------------------------------------------------------------
-# Lines that fit: code reflowed, text outputs wrapped with a hanging indent, text tables as tables
+# Lines that fit: text outputs wrapped with a hanging indent, text tables as tables
 # --------------------------------------------------------------------------------------------------
-
-_OPENING, _CLOSING = "([{", ")]}"
-_BREAK_BEFORE = {"and", "or", "if", "else", "for", "+", "-", "*", "@", "|", "==", "<", ">", "<=", ">="}
-
-
-def reflow_code(source: str, width: int = CODE_WIDTH) -> str:
-    """`source` with every line longer than `width` broken where Python allows it: a trailing comment
-    moves onto its own line above, a long comment is wrapped, and code breaks after a comma or an
-    opening bracket, or before an operator, inside brackets, continuing under its bracket (or 8 spaces in).
-    The result parses to the same program (else `source` comes back unchanged); a line with no place
-    to break keeps its length."""
-    lines = source.splitlines()
-    if all(len(line) <= width for line in lines):
-        return source
-    try:
-        tree = _program(source)
-    except (SyntaxError, ValueError):
-        return source  # IPython magics and the like: shown as written
-    source = "\n".join(_parenthesised_import(line) if len(line) > width else line for line in lines)
-    wrapped = _wrapped_docstrings(source, width)
-    if _program(wrapped) == tree:  # else a long string that is not a docstring: left as it is
-        source = wrapped
-    lines = source.splitlines()
-    try:
-        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
-    except (SyntaxError, tokenize.TokenError, IndentationError, ValueError):
-        return source  # IPython magics and the like: shown as written
-    by_line: dict[int, list] = {}
-    depth_at: dict[int, int] = {}  # brackets open where each line starts
-    depth = 0
-    for token in tokens:
-        depth_at.setdefault(token.start[0], depth)
-        by_line.setdefault(token.start[0], []).append(token)
-        if token.type == tokenize.OP:
-            depth += (token.string in _OPENING) - (token.string in _CLOSING)
-    split = _split_long_strings(source, tokens, depth_at, width)
-    if split != source:
-        reflowed = reflow_code(split, width)
-        try:
-            if _program(reflowed) == tree:
-                return reflowed
-        except SyntaxError:
-            pass
-    shown = []
-    for number, line in enumerate(lines, start=1):
-        if len(line) <= width:
-            shown.append(line)
-            continue
-        shown += _reflow_line(line, by_line.get(number, []), width, depth_at.get(number, 0))
-    reflowed = "\n".join(shown)
-    try:
-        same = _program(reflowed) == tree
-    except SyntaxError:
-        same = False
-    return reflowed if same else source
-
-
-def _program(source: str) -> str:
-    """The program `source` parses to, docstrings compared by their words (the deck may rewrap them)."""
-    tree = ast.parse(source)
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
-                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
-            body[0].value.value = " ".join(body[0].value.value.split())
-    return ast.dump(tree)
-
-
-_IMPORT = re.compile(r"^(\s*from\s+[\w.]+\s+import\s+)([^(#]+?)\s*$")
-_DOCSTRING = re.compile(r'^(\s*)("""|\'\'\')(.+)\2\s*$')
-
-
-def _parenthesised_import(line: str) -> str:
-    """`from m import a, b, c` as `from m import (a, b, c)`, which may break after a comma."""
-    match = _IMPORT.match(line)
-    return f"{match.group(1)}({match.group(2)})" if match else line
-
-
-def _wrapped_docstrings(source: str, width: int) -> str:
-    """One-line docstrings longer than `width` wrapped over lines at the docstring's indent."""
-    shown = []
-    for line in source.splitlines():
-        match = _DOCSTRING.match(line)
-        if len(line) <= width or not match:
-            shown.append(line)
-            continue
-        indent, quotes, text = match.groups()
-        wrapped = textwrap.wrap(text, width - len(indent) - 3, break_long_words=False, break_on_hyphens=False)
-        shown += [indent + quotes + wrapped[0]] + [indent + piece for piece in wrapped[1:]] + [indent + quotes]
-    return "\n".join(shown)
-
-
-def _reflow_line(line: str, tokens, width: int, base: int = 0) -> list[str]:
-    indent = len(line) - len(line.lstrip())
-    code_tokens = [t for t in tokens if t.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
-                                                        tokenize.DEDENT, tokenize.ENDMARKER) and t.start[0] == t.end[0]]
-    comments = [t for t in code_tokens if t.type == tokenize.COMMENT]
-    if comments and comments[0].start[1] == indent:  # a comment line
-        return _wrap_comment(line[indent:], indent, width)
-    if comments:  # a trailing comment goes above its code
-        code = line[: comments[0].start[1]].rstrip()
-        above = _wrap_comment(comments[0].string, indent, width)
-        return above + _reflow_line(code, [t for t in code_tokens if t.type != tokenize.COMMENT], width, base)
-    # candidate breaks: (original column where the next piece starts, bracket depth, kind: 0 after a
-    # comma, 1 before an operator or between two string literals, 2 after an opening bracket)
-    stack, breaks, previous = [], [], None
-    for token in code_tokens:
-        text, col = token.string, token.start[1]
-        if token.type == tokenize.STRING and previous is not None and previous.type == tokenize.STRING:
-            breaks.append((col, base + len(stack), 1))
-        previous = token
-        if token.type == tokenize.OP and text in _OPENING:
-            stack.append(col)
-            breaks.append((token.end[1], base + len(stack), 2))
-        elif token.type == tokenize.OP and text in _CLOSING:
-            if stack:
-                stack.pop()
-        elif token.type == tokenize.OP and text == ",":
-            breaks.append((token.end[1], base + len(stack), 0))
-        elif text in _BREAK_BEFORE and (token.type == tokenize.NAME or token.type == tokenize.OP) and col > indent:
-            breaks.append((col, base + len(stack), 1))
-    opened = _bracket_columns(code_tokens)
-    pieces, start, shift = [], indent, indent
-    while shift + len(line) - start > width:
-        fitting = [(kind, depth, -col) for col, depth, kind in breaks if col > start and shift + col - start <= width
-                   and depth > 0 and line[col:].strip() and not line[col:].lstrip().startswith(tuple(_CLOSING + ",:"))]
-        if not fitting:
-            break
-        # a comma before an operator before an opening bracket, the outermost first, the last that fits;
-        # a break that leaves the first piece shorter than 40 % of the room only when nothing else fits
-        long_enough = [c for c in fitting if -c[2] - start >= 0.4 * (width - shift)]
-        col = -min(long_enough or fitting)[2]
-        pieces.append(" " * shift + line[start:col].strip())
-        inner = [c for c in opened if c < col and opened[c] >= col]
-        bracket = max(inner) if inner else None
-        visual = shift + (bracket - start) + 1 if bracket is not None and bracket >= start else shift
-        shift = visual if visual <= width // 2 else indent + 8
-        start = col + (len(line[col:]) - len(line[col:].lstrip()))
-    pieces.append(" " * shift + line[start:].strip())
-    return pieces
-
-
-_STRING_PARTS = re.compile(r"^([rRbBuUfF]{0,2})(['\"])(.*)\2$", re.S)
-
-
-def _split_long_strings(source: str, tokens, depth_at: dict[int, int], width: int) -> str:
-    """`source` with each one-line string literal inside brackets on a line longer than `width` cut at
-    spaces into adjacent literals (Python joins them back), so that the line can break between them."""
-    lines = source.splitlines()
-    depth, edits = 0, []
-    for token in tokens:
-        if token.type == tokenize.OP:
-            depth += (token.string in _OPENING) - (token.string in _CLOSING)
-        row, col = token.start
-        if (token.type != tokenize.STRING or token.end[0] != row or depth == 0 or len(lines[row - 1]) <= width
-                or len(token.string) < 30):
-            continue
-        match = _STRING_PARTS.match(token.string)
-        if not match or token.string[len(match.group(1)):].startswith(match.group(2) * 3):
-            continue
-        prefix, quote, body = match.groups()
-        room = max(24, width - col - 4)
-        words, level, word = [], 0, ""
-        for char in body:  # words end after a space outside {} (an f-string's fields stay whole)
-            word += char
-            level += (char == "{") - (char == "}") if "f" in prefix.lower() else 0
-            if char == " " and level == 0:
-                words.append(word)
-                word = ""
-        words.append(word)
-        chunks = [""]
-        for word in words:
-            if chunks[-1] and len(chunks[-1]) + len(word) > room:
-                chunks.append("")
-            chunks[-1] += word
-        if len(chunks) > 1 and all(chunks):
-            edits.append((row, col, token.end[1], " ".join(f"{prefix}{quote}{c}{quote}" for c in chunks)))
-    for row, start, end, text in sorted(edits, reverse=True):
-        lines[row - 1] = lines[row - 1][:start] + text + lines[row - 1][end:]
-    return "\n".join(lines)
-
-
-def _bracket_columns(tokens) -> dict[int, int]:
-    """{column of an opening bracket on the line: column of its closing bracket (or the line's end)}."""
-    stack, pairs = [], {}
-    for token in tokens:
-        if token.type == tokenize.OP and token.string in _OPENING:
-            stack.append(token.start[1])
-        elif token.type == tokenize.OP and token.string in _CLOSING and stack:
-            pairs[stack.pop()] = token.start[1]
-    for col in stack:
-        pairs[col] = 10**6
-    return pairs
-
-
-def _wrap_comment(comment: str, indent: int, width: int) -> list[str]:
-    text = comment.lstrip("#").strip()
-    return textwrap.wrap(text, width, initial_indent=" " * indent + "# ", subsequent_indent=" " * indent + "# ",
-                         break_long_words=False, break_on_hyphens=False) or [" " * indent + "#"]
-
 
 def wrap_output_line(line: str, width: int = CODE_CHARS) -> list[str]:
     """A text output's line cut at spaces into lines of at most `width` characters, the continuations
@@ -820,7 +760,8 @@ def wrap_output_line(line: str, width: int = CODE_CHARS) -> list[str]:
 
 
 _FIELDS = re.compile(r"\S+(?: \S+)*")
-_NUMBER_CELL = re.compile(r"^[-+−]?[\d.,]+(?:e[-+]?\d+)?\s*(?:%|[kMG]?B)?(?:,\s*[-+−]?[\d.,]+\s*%?)*$")
+_LEADING_NUMBER = re.compile(r"^[-+−]?\.?\d")
+_NUMBER_CELL = re.compile(r"^[-+−]?[\d.,]+(?:e[-+]?\d+)?\s*(?:%|[kMG]?B)?(?:,\s*[-+−]?[\d.,]+\s*%?)*[*!]?(?: ± [\d.]+)?(?: \(\d+\))?$")
 
 
 def text_table_rows(lines: list[str]) -> list[list[str]] | None:
@@ -849,6 +790,11 @@ def text_table_rows(lines: list[str]) -> list[list[str]] | None:
     return [[row[a:b].strip() for a, b in zip(bounds, stops)] for row in padded]
 
 
+def _columns(lines: list[str]) -> int:
+    rows = text_table_rows(lines)
+    return len(rows[0]) if rows else 0
+
+
 def text_tables_as_html(text: str) -> str | None:
     """`text` as HTML, its fixed-width tables as <table>s and every other line in a <pre> (wrapped as
     `wrap_output_line` does); None when `text` holds no table."""
@@ -866,6 +812,8 @@ def text_tables_as_html(text: str) -> str | None:
         end = i
         while end < len(lines) and len(_FIELDS.findall(lines[end])) >= 3:
             end += 1
+        while end - i > 3 and _columns(lines[i:end - 1]) > _columns(lines[i:end]):
+            end -= 1  # a footer line that fills the gaps between columns is text under the table
         rows = text_table_rows(lines[i:end]) if end - i >= 3 else None
         if rows is None:
             plain.append(lines[i])
@@ -874,7 +822,8 @@ def text_tables_as_html(text: str) -> str | None:
         flush()
         rows_seen = True
         digits = [[bool(re.search(r"\d", value)) for value in row] for row in rows]
-        headed = digits[0] != digits[1]  # a header row looks unlike the rows under it
+        # a header row looks unlike the rows under it, and no cell of it is a number
+        headed = digits[0] != digits[1] and not any(_LEADING_NUMBER.match(value) for value in rows[0])
         head, body = (rows[0], rows[1:]) if headed else (None, rows)
         columns = len(rows[0])
         numeric = [all(_NUMBER_CELL.match(row[c]) or row[c] in ("", "—", "-") for row in body) for c in range(columns)]
@@ -889,6 +838,17 @@ def text_tables_as_html(text: str) -> str | None:
         i = end
     flush()
     return "\n".join(parts) if rows_seen else None
+
+
+LOG_TICKS = 6  # labels a log axis shows at most (a y axis on a slide has room for about that many)
+
+
+def _decades(figure: dict, axis_name: str) -> float:
+    """How many decades the positive values drawn on the axis `axis_name` ("xaxis", "yaxis2") span."""
+    letter, number = axis_name[0], axis_name[5:]
+    values = [value for trace in figure.get("data", []) if trace.get(f"{letter}axis", letter) == letter + number
+              for value in trace.get(letter) or [] if isinstance(value, (int, float)) and value > 0]
+    return math.log10(max(values) / min(values)) if values else 0.0
 
 
 def legible_figure(figure: dict, size: int = FIGURE_FONT_PX) -> dict:
@@ -911,8 +871,9 @@ def legible_figure(figure: dict, size: int = FIGURE_FONT_PX) -> dict:
     for name, axis in layout.items():
         if not (re.fullmatch(r"[xy]axis\d*", name) and isinstance(axis, dict)):
             continue
-        if axis.get("type") == "log":
-            axis.setdefault("dtick", 1)  # decades only: plotly draws the labels between them smaller
+        if axis.get("type") == "log" and "tickvals" not in axis:
+            # decades only (plotly draws the labels between them smaller), and few enough not to overlap
+            axis.setdefault("dtick", max(1, math.ceil(_decades(figure, name) / LOG_TICKS)))
         if axis.get("exponentformat", "power") == "power":
             axis["exponentformat"] = "e"  # 1e-08, as the labs write σ: a superscript exponent is 70 % of the font
     font = layout.setdefault("font", {})

@@ -102,6 +102,7 @@ def slides_exporter() -> SlidesExporter:
         reveal_theme="white",  # the themes "simple" (nbconvert's default) and others load Google fonts
         reveal_width="1280",  # 16:9, the shape of a projector: a 1280 × 720 screen shows the slide at 0.96
         reveal_height="720",
+        reveal_number="c/t",  # every slide numbered (current / total): a lecturer points at "slide 12"
         mathjax_url=MATHJAX_URL,
     )
     exporter.register_preprocessor(OfflineOutputs(), enabled=True)

@@ -8,21 +8,27 @@ The labs mark a solution the way nbgrader does::
         return h + self.up(self.act(self.down(h)))
         ### END SOLUTION
 
-(a `# HINT:` comment may also stand right above the BEGIN marker), and the student copy keeps
-the cell but not the answer::
+(a `# HINT:` comment may also stand right above the BEGIN marker, and a long hint goes on in
+comment lines indented under its text), and the student copy keeps the cell but not the answer::
 
     def forward(self, h):
         # HINT: the residual carries h through untouched
-        raise NotImplementedError("Exercise: write your answer here. Hint: the residual carries h through untouched")
+        raise NotImplementedError("Exercise: write your answer here. Hint: The residual carries h through untouched.")
 
 In the copy the stub raises :class:`AnswerMissing`, a NotImplementedError that Jupyter shows as one
-line ("The answer is missing …") instead of a traceback, and the cell imports it first.
+line ("The answer is missing …") instead of a traceback, and the cell imports it first. Right after the
+functions and classes that hold stubs, the cell calls :func:`stop_unless_written` on them, so that Run All
+stops at the exercise itself, saying which answer is unwritten, that the cells below did not run, and how
+to go on from there, instead of stopping later, at a cell that only uses the answer.
 
 An answer can also leak through an output, so the copy clears the outputs of the exercise cells,
 of every cell that calls a self-check (its ✔ line prints the right result), of every cell tagged
-`answer`, and of every code cell between a prediction's question and its "**What this teaches.**"
-cell (the result that reveals the answer), whatever its tags; a prediction cell gets its empty answer
-back. Speaker notes (markdown cells of slide type `notes`, which name the answers) are left out, and a
+`answer`, of every later cell that uses what an exercise defines (its output is the instructor's
+solution at work), and of every code cell between a prediction's question and its lesson (the result that
+reveals the answer), whatever its tags; the lesson itself is folded in the lab (a `<details>` block
+whose summary is "What this teaches"), so it stays closed until the student opens it; a prediction cell gets its empty answer
+back and loses the phrases that state its answer (`ANSWER_PHRASES` in the question's metadata, which a
+student can open). Speaker notes (markdown cells of slide type `notes`, which name the answers) are left out, and a
 widget's saved output, which shows only its text form before the cell runs, becomes a one-line hint.
 Every other cell, its outputs and all metadata stay as they are, so students see the same lab their
 instructor ran.
@@ -30,13 +36,16 @@ instructor ran.
 Copies are written so that students can rebuild them at any time (`python3 run.py lab --student`):
 nothing is written over the instructor's notebooks, a broken lab stops the run before any file is
 written, each file appears whole or not at all, and a copy the student has edited is never lost —
-it stays as it is while its lab is unchanged, and is kept beside the new copy when the lab changes.
+it stays as it is while its lab is unchanged, and is kept beside the new copy when the lab changes,
+even when JupyterLab saves it while the copies are being written. Two notebooks whose copies would
+share a file name are refused, naming both.
 """
 
 from __future__ import annotations
 
 import ast
 import hashlib
+import inspect
 import json
 import os
 import re
@@ -54,28 +63,72 @@ from .labfiles import LabNotFoundError, find_labs
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"
 HINT = re.compile(r"^\s*#\s*HINT:\s*(?P<hint>.*?)\s*$")
+#: A hint's next line: a comment indented under the hint's text (one space after `#` is an ordinary comment).
+HINT_MORE = re.compile(r"^\s*#\s{2,}(?P<more>\S.*?)\s*$")
 GENERIC_HINT = "replace this line with your code, run the cell, then run the check below it"
 #: A check call seen in text, for a cell that is not Python even after IPython's own rewriting.
 CHECK_CALL_TEXT = re.compile(r"\bcheck_\w*\s*\(")
 PREDICTION_ANSWER = re.compile(r"""^(?P<left>\s*my_prediction\s*=\s*)(?P<quote>["']).*?(?P=quote)""", re.M)
 #: The markdown cell that ends a prediction: what its result teaches.
-LESSON = "**What this teaches.**"
+LESSON = "<details><summary>What this teaches</summary>"
 QUESTION = "**Predict.**"
 WIDGET = "application/vnd.jupyter.widget-view+json"
 #: What a widget's output shows in the copy until the cell is run (its saved text form says nothing useful).
 WIDGET_HINT = "(run this cell to show the interactive panel)"
 #: The line a student copy puts above the stubs of an exercise cell.
-STUB_IMPORT = "from adapterlab.student import AnswerMissing  # the stubs below raise it until you write your answer"
+STUB_IMPORT = (
+    "# Run All stops in this cell until your answer replaces each `raise AnswerMissing` line\n"
+    "from adapterlab.student import AnswerMissing, stop_unless_written"
+)
+#: How to go on once an exercise is written: Run All stopped there, so nothing below it ran.
+GO_ON = "The cells below it did not run: once it is written, use Run → Run Selected Cell and All Below."
+#: A prediction question's metadata, ``{"adapterlab": {"answer_phrases": [...]}}``: the phrases that state its
+#: answer, which no cell before the question may contain (tests/test_predictions.py).
+ANSWER_PHRASES = ("adapterlab", "answer_phrases")
 #: Where the copies remember what they last wrote, to tell a student's edits from an older build.
 RECORD = ".student-copies.json"
 
 
 class AnswerMissing(NotImplementedError):
-    """What a stubbed exercise raises in a student copy: Jupyter shows it as one line, not a traceback."""
+    """What an unwritten exercise raises in a student copy: Jupyter shows it as one line, not a traceback,
+    naming the exercise (`exercise`, where known), saying that the cells below did not run and how to go on."""
+
+    def __init__(self, message: str = "", exercise: str = ""):
+        super().__init__(message)
+        self.exercise = exercise
 
     def _render_traceback_(self) -> list[str]:  # IPython's hook for an exception's own short display
+        what = f"{self.exercise} is not written yet" if self.exercise else "this cell's exercise is not written yet"
         hint = str(self).removeprefix("Exercise: write your answer here. ").strip()
-        return [f"The answer is missing: write it in this cell in place of the `raise AnswerMissing(...)` line. {hint}".rstrip()]
+        return [
+            f"The answer is missing: {what}; write it in this cell in place of each `raise AnswerMissing(...)` "
+            f"line. {hint + ' ' if hint else ''}{GO_ON}"
+        ]
+
+
+def stop_unless_written(*answers) -> None:
+    """Raise :class:`AnswerMissing` naming every function or class in `answers` that still holds its stub.
+
+    The student copy of an exercise cell calls it after the definitions, so that Run All stops at the
+    exercise (which only defines them) rather than at the first cell that calls them.
+    """
+    unwritten = [answer.__name__ for answer in answers if _holds_stub(answer)]
+    if unwritten:
+        raise AnswerMissing(exercise=" and ".join(f"`{name}`" for name in unwritten))
+
+
+def _holds_stub(answer) -> bool:
+    """Whether a function, or any function of a class, still names AnswerMissing (its stub's raise)."""
+    functions = [answer] if callable(answer) and not isinstance(answer, type) else list(vars(answer).values())
+    codes = [getattr(inspect.unwrap(getattr(f, "__func__", f)), "__code__", None) for f in functions]
+    while codes:
+        code = codes.pop()
+        if code is None:
+            continue
+        if AnswerMissing.__name__ in code.co_names:
+            return True
+        codes += [const for const in code.co_consts if inspect.iscode(const)]
+    return False
 
 
 class SolutionMarkerError(ValueError):
@@ -102,6 +155,12 @@ class UnwritableOutput(StudentCopyError):
     """An output folder that cannot be created or written to."""
 
 
+class SameCopyName(StudentCopyError):
+    """Two notebooks whose copies would have one file name (a usage error): one would silently replace the other."""
+
+    exit_code = 2
+
+
 def stub_solutions(source: str, where: str = "cell", error: str = "NotImplementedError") -> str:
     """`source` with each solution region replaced by its hints and a `raise NotImplementedError`
     (or `raise <error>(...)`, for an exception class the cell imports).
@@ -110,7 +169,7 @@ def stub_solutions(source: str, where: str = "cell", error: str = "NotImplemente
     stays inside it. `where` names the cell in error messages.
     """
     kept: list[str] = []
-    region: tuple[str, list[str]] | None = None  # (indentation, hints) while inside a solution
+    region: tuple[str, list[str]] | None = None  # (indentation, its lines) while inside a solution
     lines = source.splitlines()
     for number, line in enumerate(lines, start=1):
         marker = line.strip()
@@ -121,15 +180,14 @@ def stub_solutions(source: str, where: str = "cell", error: str = "NotImplemente
         elif marker == END:
             if region is None:
                 raise SolutionMarkerError(f"{where}, line {number}: {END} without a {BEGIN} before it")
-            indent, hints = region
-            kept += [f"{indent}# HINT: {hint}" for hint in hints]
-            hint = " ".join(hints or _hints_above(kept)) or GENERIC_HINT
+            indent, inside = region
+            shown, hints = _hints(inside)
+            kept += [f"{indent}{line.strip()}" for line in shown]
+            hint = " ".join(_as_sentence(hint) for hint in hints or _hints_above(kept)) or GENERIC_HINT
             kept.append(f"{indent}raise {error}({f'Exercise: write your answer here. Hint: {hint}'!r})")
             region = None
         elif region is not None:
-            match = HINT.match(line)
-            if match and match["hint"]:
-                region[1].append(match["hint"])
+            region[1].append(line)
         else:
             kept.append(line)
     if region is not None:
@@ -137,15 +195,37 @@ def stub_solutions(source: str, where: str = "cell", error: str = "NotImplemente
     return "\n".join(kept) + ("\n" if source.endswith("\n") else "")
 
 
+def _hints(lines: list[str]) -> tuple[list[str], list[str]]:
+    """(the hint lines among `lines`, each hint's text with its continuation lines joined)."""
+    shown: list[str] = []
+    hints: list[str] = []
+    going_on = False  # whether the line before was part of a hint
+    for line in lines:
+        match, more = HINT.match(line), HINT_MORE.match(line)
+        if match and match["hint"]:
+            shown.append(line)
+            hints.append(match["hint"])
+            going_on = True
+        elif going_on and more:
+            shown.append(line)
+            hints[-1] += f" {more['more']}"
+        else:
+            going_on = False
+    return shown, hints
+
+
+def _as_sentence(hint: str) -> str:
+    """A hint as a sentence of its own, so that two hints joined in one line read as two."""
+    hint = hint[:1].upper() + hint[1:]
+    return hint if hint.endswith((".", "?", "!")) else hint + "."
+
+
 def _hints_above(lines: list[str]) -> list[str]:
     """The `# HINT:` comments right above a solution (a hint may also be written there)."""
-    hints = []
-    for line in reversed(lines):
-        match = HINT.match(line)
-        if not match:
-            break
-        hints.insert(0, match["hint"])
-    return [hint for hint in hints if hint]
+    start = len(lines)
+    while start and (HINT.match(lines[start - 1]) or HINT_MORE.match(lines[start - 1])):
+        start -= 1
+    return _hints(lines[start:])[1]
 
 
 def is_exercise(cell) -> bool:
@@ -161,22 +241,55 @@ def calls_check(source: str) -> bool:
     does not count; a cell that is still not Python is searched as text, which errs on the side of
     clearing its output.
     """
+    tree = _python(source)
+    if tree is None:
+        return bool(CHECK_CALL_TEXT.search(source))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and _called_name(node.func).startswith("check_"):
+            return True
+        code = _magic_code(node)
+        if code is not None and calls_check(code):
+            return True
+    return False
+
+
+def _magic_code(node: ast.AST) -> str | None:
+    """The code a `%magic` or `%%magic` line runs: IPython's rewriting hands it over as a string."""
+    if isinstance(node, ast.Call) and _called_name(node.func) in ("run_line_magic", "run_cell_magic") and node.args:
+        code = node.args[-1]
+        if isinstance(code, ast.Constant) and isinstance(code.value, str):
+            return code.value
+    return None
+
+
+def _python(source: str) -> ast.Module | None:
+    """A cell as Python, after IPython turns `%magic` and `!shell` lines into calls; None when it is not Python."""
     from IPython.core.inputtransformer2 import TransformerManager
 
     try:
-        tree = ast.parse(TransformerManager().transform_cell(source))
+        return ast.parse(TransformerManager().transform_cell(source))
     except SyntaxError:
-        return bool(CHECK_CALL_TEXT.search(source))
+        return None
+
+
+def defined_names(source: str) -> set[str]:
+    """The functions and classes a cell defines at its top level (an exercise's answers)."""
+    tree = _python(source)
+    kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    return {node.name for node in tree.body if isinstance(node, kinds)} if tree else set()
+
+
+def uses_any(source: str, names: set[str]) -> bool:
+    """Whether a cell reads one of `names`; a cell that is not Python is searched as text."""
+    tree = _python(source)
+    if tree is None:
+        return any(re.search(rf"\b{re.escape(name)}\b", source) for name in names)
     for node in ast.walk(tree):
-        if not isinstance(node, ast.Call):
-            continue
-        name = _called_name(node.func)
-        if name.startswith("check_"):
+        if isinstance(node, ast.Name) and node.id in names:
             return True
-        code = node.args[-1] if node.args else None
-        if name in ("run_line_magic", "run_cell_magic") and isinstance(code, ast.Constant) and isinstance(code.value, str):
-            if calls_check(code.value):
-                return True
+        code = _magic_code(node)
+        if code is not None and uses_any(code, names):
+            return True
     return False
 
 
@@ -203,7 +316,7 @@ def is_question(cell) -> bool:
 
 
 def before_reveal(cells) -> set[int]:
-    """Indexes of the code cells between each prediction's question and its lesson ("**What this teaches.**"):
+    """Indexes of the code cells between each prediction's question and its lesson (a `LESSON` block):
     their outputs are the answer. Without a lesson cell the span ends at the next markdown cell after the
     student's answer cell."""
     hidden: set[int] = set()
@@ -227,26 +340,54 @@ def _quiet_widgets(cell) -> None:
             data["text/plain"] = WIDGET_HINT
 
 
+def _drop_answer_phrases(cell) -> None:
+    """A question's answer phrases stay in the instructor's lab: a student can open a cell's metadata."""
+    ours = cell.metadata.get(ANSWER_PHRASES[0])
+    if isinstance(ours, dict):
+        ours.pop(ANSWER_PHRASES[1], None)
+        if not ours:
+            del cell.metadata[ANSWER_PHRASES[0]]
+
+
 def _stub_cell(source: str, where: str) -> str:
-    """An exercise cell's student version: AnswerMissing imported at the top, a stub in each solution."""
-    return f"{STUB_IMPORT}\n{stub_solutions(source, where=where, error='AnswerMissing')}"
+    """An exercise cell's student version: AnswerMissing imported at the top, a stub in each solution, and
+    `stop_unless_written(...)` right after the last definition that holds a stub."""
+    lines = stub_solutions(source, where=where, error="AnswerMissing").split("\n")
+    tree = _python("\n".join(lines))
+    kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    stubbed = [node for node in (tree.body if tree else []) if isinstance(node, kinds)
+               and any(_raises_missing(inner) for inner in ast.walk(node))]
+    if stubbed:
+        guard = f"stop_unless_written({', '.join(node.name for node in stubbed)})"
+        lines[stubbed[-1].end_lineno:stubbed[-1].end_lineno] = ["", "", guard]
+    return f"{STUB_IMPORT}\n\n" + "\n".join(lines)
+
+
+def _raises_missing(node: ast.AST) -> bool:
+    """`raise AnswerMissing(...)`: a stub."""
+    return (isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call)
+            and _called_name(node.exc.func) == AnswerMissing.__name__)
 
 
 def student_notebook(nb, name: str = "notebook"):
     """The student version of `nb` (changed in place and returned): stubs in, give-away outputs and
     speaker notes out."""
     hidden = before_reveal(nb.cells)
+    answers: set[str] = set()  # what the exercises so far define: the instructor's solutions
     for index, cell in enumerate(nb.cells):
+        _drop_answer_phrases(cell)
         if cell.cell_type != "code":
             continue
         where = f"{name}, cell {index}"
         stub_solutions(cell.source, where=where)  # rejects a stray END in any cell
         exercise, prediction = is_exercise(cell), "prediction" in _tags(cell)
+        uses_answer = bool(answers) and uses_any(cell.source, answers)
         if exercise:
+            answers |= defined_names(cell.source)
             cell.source = _stub_cell(cell.source, where)
         if prediction:
             cell.source = PREDICTION_ANSWER.sub(r'\g<left>""', cell.source)
-        if exercise or prediction or index in hidden or "answer" in _tags(cell) or calls_check(cell.source):
+        if exercise or prediction or uses_answer or index in hidden or "answer" in _tags(cell) or calls_check(cell.source):
             cell.outputs = []
             cell.execution_count = None
         _quiet_widgets(cell)
@@ -286,8 +427,9 @@ def make_student_copies(labs: list[str] | None = None, out_dir: Path | str = "bu
     nothing changed. The command-line entry is `python -m adapterlab student`; `python3 run.py lab
     --student` calls it before opening the copies.
     """
-    notebooks = find_labs(labs)
+    notebooks = list(dict.fromkeys(path.resolve() for path in find_labs(labs)))  # a lab named twice is one lab
     out_dir = Path(out_dir)
+    _refuse_same_names(notebooks, out_dir)
     _refuse_instructor_files(notebooks, out_dir)
     texts = {notebook.name: student_text(notebook) for notebook in notebooks}
     return _write_copies(texts, out_dir)
@@ -339,8 +481,28 @@ def _refuse_instructor_files(notebooks: list[Path], out_dir: Path) -> None:
             )
 
 
+def _refuse_same_names(notebooks: list[Path], out_dir: Path) -> None:
+    """Stop before two different notebooks are copied to one file name (the second would replace the first)."""
+    first: dict[str, Path] = {}
+    for notebook in notebooks:
+        other = first.setdefault(notebook.name, notebook)
+        if other != notebook:
+            raise SameCopyName(
+                f"{_shown(other)} and {_shown(notebook)} would both be copied to {out_dir / notebook.name}: "
+                "make their copies in two runs, each with its own --out DIR"
+            )
+
+
 def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def _digest_on_disk(path: Path) -> str | None:
+    """The digest of the file at `path`, or None where there is none."""
+    try:
+        return _digest(path.read_bytes())
+    except FileNotFoundError:
+        return None
 
 
 def _read_record(out_dir: Path) -> dict[str, str]:
@@ -352,11 +514,11 @@ def _read_record(out_dir: Path) -> dict[str, str]:
     return record if isinstance(record, dict) else {}
 
 
-def _status(copy: Path, fresh: str, recorded: str | None) -> str:
-    """What to do with one copy, from the digests of the fresh copy, the one on disk and the one last written."""
-    if not copy.exists():
+def _status(current: str | None, fresh: str, recorded: str | None) -> str:
+    """What to do with one copy, from the digests of the one on disk (None: no file), the fresh copy and the one
+    last written."""
+    if current is None:
         return NEW
-    current = _digest(copy.read_bytes())
     if current == fresh:
         return UP_TO_DATE
     if recorded == fresh:
@@ -402,20 +564,18 @@ def _write_copies(texts: dict[str, str], out_dir: Path) -> list[StudentCopy]:
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         record = _read_record(out_dir)
-        copies = []
+        planned = []  # (copy, status, digest of the file there when the status was taken)
         for name, text in texts.items():
-            fresh = _digest(text.encode("utf-8"))
-            status = _status(out_dir / name, fresh, record.get(name))
-            copies.append(StudentCopy(out_dir / name, status, _kept_name(out_dir / name) if status == REPLACED else None))
+            fresh, seen = _digest(text.encode("utf-8")), _digest_on_disk(out_dir / name)
+            status = _status(seen, fresh, record.get(name))
+            planned.append((out_dir / name, status, seen))
             if status in (NEW, UPDATED, REPLACED):
                 staged[out_dir / name] = _stage(out_dir, name, text)
             record[name] = fresh
         staged[out_dir / RECORD] = _stage(out_dir, RECORD, json.dumps(record, indent=1, sort_keys=True) + "\n")
-        for copy in copies:
-            if copy.kept is not None:
-                os.replace(copy.path, copy.kept)
-        for final, temporary in staged.items():
-            os.replace(temporary, final)
+        copies = [_put_in_place(copy, staged[copy], status, seen) if copy in staged else StudentCopy(copy, status)
+                  for copy, status, seen in planned]
+        os.replace(staged[out_dir / RECORD], out_dir / RECORD)
     except OSError as error:
         for temporary in staged.values():
             temporary.unlink(missing_ok=True)
@@ -424,6 +584,35 @@ def _write_copies(texts: dict[str, str], out_dir: Path) -> list[StudentCopy]:
             "choose a folder you can write to with --out DIR"
         ) from error
     return copies
+
+
+def _put_in_place(copy: Path, temporary: Path, status: str, seen: str | None) -> StudentCopy:
+    """Move a fresh copy into place without ever writing over what the student saved, even a moment ago.
+
+    Whatever file is at `copy` is first moved aside in one rename and only then read: the copy last written,
+    untouched since the status was taken (`seen`, status UPDATED), is deleted; anything else (the student's
+    edits, or a JupyterLab autosave that landed after the status was taken) is kept beside the new copy.
+    The new copy is then linked in only where no file is, so an autosave in between is kept too.
+    """
+    kept = None
+    while True:
+        if os.path.lexists(copy):
+            aside = _kept_name(copy)
+            os.replace(copy, aside)
+            if status == UPDATED and kept is None and _digest_on_disk(aside) == seen:
+                aside.unlink()  # the copy as it was written, nothing of the student's in it
+            else:
+                kept = aside
+        try:
+            os.link(temporary, copy)
+        except FileExistsError:
+            continue  # an autosave landed after the move: it goes aside too
+        except OSError:  # a file system without hard links: replace what was moved aside just now
+            os.replace(temporary, copy)
+            break
+        temporary.unlink()
+        break
+    return StudentCopy(copy, REPLACED if kept else status, kept)
 
 
 def student_command(args) -> int:

@@ -2,7 +2,8 @@
 
 A deck passes when reveal.js initialises, shows as many slides as the notebook's slide metadata
 asks for (as the lecture layout leaves it, plus the title slide), draws its plotly figures (an
-svg.main-svg per figure), shows no broken widget, and makes no request that leaves the machine or
+svg.main-svg per figure), numbers its slides (shown / total, for a lecturer to point at), shows no
+broken widget, and makes no request that leaves the machine or
 fails. The decks are exported into build/slides, the instructor's folder, so this test also leaves
 the exported slides behind.
 """
@@ -62,6 +63,10 @@ def test_deck_opens_offline(lab, page, decks, deck_notebooks, screenshots):
     page.evaluate("() => new Promise(done => window.MathJax ? MathJax.Hub.Queue(done) : done())")
     page.wait_for_timeout(500)  # the slide transition
     page.screenshot(path=screenshots / f"slides-{lab.stem}.png")
+    number = page.evaluate("""() => { const n = document.querySelector('.reveal .slide-number');
+        return n && n.offsetParent ? n.innerText.replace(/\\s+/g, '') : null; }""")
+    shown = page.evaluate("Reveal.getSlidePastCount() + 1")
+    assert number == f"{shown}/{expected_slides(nb)}", f"the slide number reads {number!r}"
 
     assert "Error displaying widget" not in page.inner_text("body")
     assert blocked == [], f"the deck asked the network for {blocked}"

@@ -1,6 +1,8 @@
-"""Student copies of labs 6 and 10, opened in a real JupyterLab in headless Chromium, show no answer before
-its prediction: under each prediction's question every code cell up to its "What this teaches" cell shows
-no output, no speaker notes appear, and no check's ✔ line or "Answer (" is on the page.
+"""Student copies opened in a real JupyterLab in headless Chromium show no answer before its prediction.
+
+In labs 6 and 10, under each prediction's question every code cell up to its "What this teaches" cell
+shows no output, no speaker notes appear, and no check's ✔ line or "Answer (" is on the page. In every
+lab, each folded explanation shows only its summary until the summary is clicked, and its text then.
 
 The copies are written by `make_student_copies` into a temporary folder that JupyterLab serves (127.0.0.1,
 a random port, a token); no cell is run. A screenshot of each lab's first prediction lands in
@@ -11,10 +13,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import re
+
 import nbformat
 import pytest
 
-from adapterlab.labfiles import LABS_DIR
+from adapterlab.labfiles import LABS_DIR, all_labs
 from adapterlab.student import make_student_copies
 from lab_server import running_jupyterlab
 
@@ -25,12 +29,11 @@ LABS = ("06_*.ipynb", "10_*.ipynb")
 
 @pytest.fixture(scope="module")
 def copies(tmp_path_factory) -> Path:
-    """The student copies of labs 6 and 10, in a folder of their own."""
-    labs = [str(path) for pattern in LABS for path in sorted(LABS_DIR.glob(pattern))]
-    if len(labs) != len(LABS):
+    """The student copies of every lab, in a folder of their own."""
+    if len([path for pattern in LABS for path in LABS_DIR.glob(pattern)]) != len(LABS):
         pytest.skip(f"labs {LABS} are not all there")
     out = tmp_path_factory.mktemp("student-copies")
-    make_student_copies(labs, out)
+    make_student_copies(None, out)
     return out
 
 
@@ -62,7 +65,7 @@ def predictions(nb) -> list[tuple[int, int]]:
     for index, cell in enumerate(nb.cells):
         if cell.cell_type == "markdown" and cell.source.startswith("**Predict.**"):
             lesson = next(k for k in range(index + 1, len(nb.cells)) if nb.cells[k].cell_type == "markdown"
-                          and nb.cells[k].source.startswith("**What this teaches.**"))
+                          and nb.cells[k].source.startswith("<details><summary>What this teaches</summary>"))
             pairs.append((index, lesson))
     return pairs
 
@@ -95,3 +98,41 @@ def test_a_student_copy_in_jupyterlab_shows_no_answer_before_its_prediction(patt
     page.evaluate("element => element.scrollIntoView({block: 'start'})", cells.nth(question).element_handle())
     page.wait_for_timeout(500)
     page.screenshot(path=SHOTS / f"student-{path.stem}-prediction.png")
+
+
+def open_copy(page, server, path: Path, cells: int):
+    """The cells of a student copy opened alone in JupyterLab, once every cell is on the page."""
+    url, token = server
+    page.goto(f"{url}/lab/tree/{path.name}?reset&token={token}")  # reset: only this notebook open
+    notebook = ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook"
+    page.wait_for_function(f"() => document.querySelectorAll('{notebook} .jp-Cell').length === {cells}")
+    return page.locator(f"{notebook} .jp-Cell")
+
+
+def folded_text(source: str) -> str:
+    """The first words of a folded explanation as it reads on the page (markdown marks left out)."""
+    body = source.split("</summary>", 1)[1].rsplit("</details>", 1)[0]
+    return " ".join(re.sub(r"[*`$]", "", body).split()[:6])
+
+
+@pytest.mark.parametrize("lab", [lab.name for lab in all_labs()])
+def test_every_explanation_stays_folded_until_its_summary_is_clicked(lab, copies, student_lab_server, student_page):
+    path = copies / lab
+    nb = nbformat.read(path, as_version=4)
+    explanations = [index for index, cell in enumerate(nb.cells) if cell.cell_type == "markdown"
+                    and ("What this teaches" in cell.source or cell.source.startswith("<details>"))]
+    if not explanations:
+        pytest.skip(f"{lab} explains no prediction")
+    cells = open_copy(student_page, student_lab_server, path, len(nb.cells))
+    for index in explanations:
+        cell = cells.nth(index).locator(".jp-RenderedMarkdown")  # not the (hidden) editor holding the source
+        cell.scroll_into_view_if_needed()
+        summary = cell.locator("details > summary")
+        assert summary.count() == 1, f"{lab}, cell {index}: the explanation is not folded: {nb.cells[index].source[:60]!r}"
+        summary.wait_for(state="visible")
+        text = folded_text(nb.cells[index].source)
+        shown = cell.get_by_text(text, exact=False)
+        assert shown.count() == 1, f"{lab}, cell {index}: {text!r} is not in the rendered cell"
+        assert not shown.is_visible(), f"{lab}, cell {index}: the explanation shows before its summary is clicked"
+        summary.click()
+        shown.wait_for(state="visible")
