@@ -6,7 +6,7 @@ The package follows the labs' flow, one layer per subpackage; a layer imports on
 * :mod:`adapterlab.methods` — the registry: every training method declared once;
 * :mod:`adapterlab.training` — backbones, data, precision, the training loop, one experiment;
 * :mod:`adapterlab.runs` — the run store, run folders, sweeps, ablations, the trade-off and the PEFT map;
-* :mod:`adapterlab.teaching` — self-checks, plots, widgets and the panel, profiles, student copies, slides;
+* :mod:`adapterlab.teaching` — exercise checks; what a notebook shows (plots, widgets, panel); instructor tools;
 * :mod:`adapterlab.cli` — the command line on top.
 
 Below them all: :mod:`adapterlab.settings` (a setting declared once), :mod:`adapterlab.validation` (argument
@@ -32,10 +32,14 @@ MOVED = {
     "runstore": "runs.store", "run_folder": "runs.folder", "sweep": "runs.sweep", "ablation": "runs.ablation",
     "ablation_runs": "runs.ablation_runs", "ablation_report": "runs.ablation_report", "tradeoff": "legacy.tradeoff",
     "peft_map": "runs.peft_map", "experiments": "runs.reference",
-    "checks": "teaching.checks", "checks_training": "teaching.checks_training", "plots": "teaching.plots",
-    "widgets": "teaching.widgets", "panel": "teaching.panel", "probes": "teaching.probes",
-    "profiles": "teaching.profiles", "student": "teaching.student", "slides": "teaching.slides",
-    "slide_layout": "teaching.slide_layout", "slides_pdf": "teaching.slides_pdf", "labfiles": "teaching.labfiles",
+    **{name: f"teaching.exercises.{name}" for name in ("checks", "checks_training")},
+    **{name: f"teaching.notebook.{name}" for name in ("plots", "widgets", "panel", "probes", "profiles")},
+    **{name: f"teaching.instructor.{name}" for name in ("student", "slides", "slide_layout", "slides_pdf", "labfiles")},
+    # adapterlab.teaching was one folder before it was split by whom each part serves
+    **{f"teaching.{name}": f"teaching.{part}.{name}" for part, names in (
+        ("exercises", ("checks", "checks_training")),
+        ("notebook", ("plots", "widgets", "panel", "probes", "profiles", "anatomy")),
+        ("instructor", ("student", "slides", "slide_layout", "slides_pdf", "labfiles"))) for name in names},
 }
 
 

@@ -654,8 +654,8 @@ def ablate_command(args) -> int:
 
 def slides_command(args) -> int:
     """`adapterlab slides [LAB ...] [--out DIR]`: one offline reveal.js deck per lab."""
-    from .teaching.labfiles import LabNotFoundError
-    from .teaching.slides import OutputFolderError, export_slides
+    from .teaching.instructor.labfiles import LabNotFoundError
+    from .teaching.instructor.slides import OutputFolderError, export_slides
 
     try:
         decks = export_slides(args.labs or None, args.out, pdf=getattr(args, "pdf", False))
@@ -713,7 +713,7 @@ def count_command(args) -> int:
 
 
 def student_command(args) -> int:
-    from .teaching.student import student_command as student
+    from .teaching.instructor.student import student_command as student
 
     return student(args)
 

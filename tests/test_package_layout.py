@@ -135,3 +135,27 @@ def test_a_printed_function_in_a_lab_matches_the_package_source():
     text = "".join("".join(o.get("text", "")) for o in printed[0]["outputs"])
     for function in (loop.configure_optimizer, loop.train_step):
         assert inspect.getsource(function) in text, function.__name__
+
+
+TEACHING_PARTS = ("exercises", "notebook", "instructor")  # whom each serves: a student's checks, the notebook, the lecturer
+
+
+def test_teaching_is_split_by_whom_each_part_serves_and_no_part_imports_another():
+    teaching = PACKAGE / "teaching"
+    assert sorted(p.name for p in teaching.iterdir() if p.suffix == ".py") == ["__init__.py"]
+    assert sorted(p.name for p in teaching.iterdir() if p.is_dir() and p.name != "__pycache__") == sorted(TEACHING_PARTS)
+    crossing = [f"{module} imports {target}" for module, targets in package_imports().items()
+                for target in targets
+                if module.startswith("teaching.") and target.startswith("teaching.")
+                and module.split(".")[1] != target.split(".")[1]]
+    assert not crossing, crossing
+
+
+@pytest.mark.parametrize("name", ["checks", "checks_training", "plots", "widgets", "panel", "probes", "profiles",
+                                  "anatomy", "student", "slides", "slide_layout", "slides_pdf", "labfiles"])
+def test_a_lab_s_short_teaching_import_is_the_module_in_its_part(name):
+    """`from adapterlab.teaching import checks` (the labs' line) gives the module its part holds."""
+    [part] = [part for part in TEACHING_PARTS if (PACKAGE / "teaching" / part / f"{name}.py").exists()]
+    namespace = {}
+    exec(f"from adapterlab.teaching import {name}", namespace)
+    assert namespace[name] is importlib.import_module(f"adapterlab.teaching.{part}.{name}")

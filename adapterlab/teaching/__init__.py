@@ -1,10 +1,14 @@
 """Teaching: what a student or an instructor sees; these modules present what the layers below compute.
 
-* :mod:`.checks`, :mod:`.checks_training` — the self-checks of every exercise (labs 1-10);
-* :mod:`.plots`, :mod:`.widgets`, :mod:`.panel` — figures, the r / init-scale widgets, the training panel;
-* :mod:`.probes` — small measurements a lab shows (a GELU adapter's best linear fit, Adam's first step);
-* :mod:`.anatomy` — what a trained model's adapters learned: change, linear share, folding, rank (lab 11);
-* :mod:`.profiles` — the student and CI profiles' sizes;
-* :mod:`.student`, :mod:`.labfiles` — student copies with solutions stubbed out;
-* :mod:`.slides`, :mod:`.slide_layout`, :mod:`.slides_pdf` — offline reveal.js decks and their PDFs.
+Split by whom each part serves:
+
+* :mod:`.exercises` — the self-checks of every exercise (labs 1-10), what a student working alone learns from;
+* :mod:`.notebook` — what a lab notebook shows: figures, the r / init-scale widgets, the training panel, small
+  measurements (probes; lab 11's anatomy of a trained adapter) and the student and CI profiles' sizes;
+* :mod:`.instructor` — the instructor's tools: student copies with solutions stubbed out, offline reveal.js
+  decks and their PDFs, and where the labs are.
+
+The labs import the modules by their short names (``from adapterlab.teaching import checks, plots``), as they
+did before the split: ``adapterlab.teaching.<name>`` is the same module as its subpackage's (see
+``adapterlab.MOVED``).
 """

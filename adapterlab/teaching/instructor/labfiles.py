@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..paths import LABS_DIR  # read when a function is called, so that a test can point it elsewhere
+from ...paths import LABS_DIR  # read when a function is called, so that a test can point it elsewhere
 
 
 class LabNotFoundError(ValueError):

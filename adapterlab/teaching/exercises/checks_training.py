@@ -25,11 +25,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..methods.checkpoints import CONFIG_FILE, load_adapter_set, save_adapter_set, saved_parameters
-from ..methods.registry import set_trainable
-from ..model.placement import add_adapters, enabled_layers, set_adapters_enabled
-from ..model.trainable import parameter_group
-from ..runs.ablation import span_ablation
+from ...methods.checkpoints import CONFIG_FILE, load_adapter_set, save_adapter_set, saved_parameters
+from ...methods.registry import set_trainable
+from ...model.placement import add_adapters, enabled_layers, set_adapters_enabled
+from ...model.trainable import parameter_group
+from ...runs.ablation import span_ablation
 from .checks import POOLER_STAYS_FROZEN, CheckFailed, call_answer, close_enough, report_passed, plain_errors
 
 __all__ = ["CheckFailed", "check_training_step", "check_matthews", "check_span_ablation", "check_serving",
@@ -1075,7 +1075,7 @@ def _refused_front(points):
 def _package_front_refused():
     """Inside, adapterlab.tradeoff.pareto_front raises, however the answer reached it (by the module, or by a name
     imported from it): its code is swapped for a refusal and put back afterwards."""
-    from ..runs import tradeoff
+    from ...runs import tradeoff
 
     real = tradeoff.pareto_front
     code = real.__code__

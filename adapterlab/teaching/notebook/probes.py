@@ -25,9 +25,9 @@ import time
 import torch
 from torch import nn
 
-from ..model.adapter import BottleneckAdapter
-from ..model.fold import best_linear_fit
-from ..model.placement import add_adapters, remove_adapters
+from ...model.adapter import BottleneckAdapter
+from ...model.fold import best_linear_fit
+from ...model.placement import add_adapters, remove_adapters
 
 #: Variance of a standard normal truncated to [−2, 2]: 1 − 4φ(2) / (2Φ(2) − 1).
 TRUNCATED_NORMAL_VARIANCE = 1 - 4 * math.exp(-2) / math.sqrt(2 * math.pi) / math.erf(2 / math.sqrt(2))

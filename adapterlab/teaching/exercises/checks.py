@@ -22,9 +22,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..model.adapter import BottleneckAdapter
-from ..model.counting import meta_model
-from ..model.placement import AdapterConfig, add_adapters
+from ...model.adapter import BottleneckAdapter
+from ...model.counting import meta_model
+from ...model.placement import AdapterConfig, add_adapters
 
 #: Largest start deviation ‖A(h) − h‖/‖h‖ accepted as "near the identity".
 NEAR_IDENTITY = 0.05

@@ -25,9 +25,9 @@ import torch
 from scipy import stats
 from torch import nn
 
-from ..model.adapter import BottleneckAdapter
-from ..model.fold import SAMPLES_PER_UNKNOWN, best_linear_fit, fold_adapters
-from ..model.placement import CONFIG_ATTRIBUTE, PlacementError, adapted_outputs, adapter_config, encoder_layers
+from ...model.adapter import BottleneckAdapter
+from ...model.fold import SAMPLES_PER_UNKNOWN, best_linear_fit, fold_adapters
+from ...model.placement import CONFIG_ATTRIBUTE, PlacementError, adapted_outputs, adapter_config, encoder_layers
 from .probes import relative_deviation
 
 #: The columns of every table: the adapter after attention and the adapter after the FFN (Houlsby's two).
@@ -103,7 +103,7 @@ def relative_changes(model: nn.Module, inputs: dict) -> np.ndarray:
     Lab 11 puts it beside lab 2's init-time figure: an adapter that starts within about 1 % of the identity
     (lab 2's g·v·σ²·√(r·d): 0.006 on the stand-in at r = 64 and σ = 1e-2, measured the same on SST-2 sentences),
     or exactly at it with zero_up, shows here how far training moved it, layer by layer. Lab 2's
-    :func:`~adapterlab.teaching.probes.relative_deviation`, on the inputs of :func:`adapter_inputs`.
+    :func:`~adapterlab.teaching.notebook.probes.relative_deviation`, on the inputs of :func:`adapter_inputs`.
     """
     return _table(model, {key: relative_deviation(adapter, h) for key, adapter, h in _each_adapter(model, inputs)})
 

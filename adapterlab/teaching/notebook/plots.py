@@ -16,9 +16,9 @@ import plotly.graph_objects as go
 import plotly.io as pio
 import torch
 
-from ..model.adapter import ORIGINAL_CODE_INIT_SCALE, PAPER_INIT_SCALE, make_activation
-from ..runs.reference import SeedRow
-from ..runs.tradeoff import Point
+from ...model.adapter import ORIGINAL_CODE_INIT_SCALE, PAPER_INIT_SCALE, make_activation
+from ...runs.reference import SeedRow
+from ...runs.tradeoff import Point
 
 TEMPLATE = "plotly_white"
 COLORS = {"frozen": "#d9d9d9", "adapter": "#f28e2b", "layernorm": "#a0c4e8", "head": "#59a14f", "io": "#ffffff"}

@@ -24,7 +24,7 @@ import functools
 import os
 from dataclasses import dataclass
 
-from ..training.backbones import BERT_BASE, BERT_BASE_RANDOM, STANDIN, expected_backbone
+from ...training.backbones import BERT_BASE, BERT_BASE_RANDOM, STANDIN, expected_backbone
 
 PROFILE_ENV = "ADAPTERLAB_PROFILE"
 DEFAULT_PROFILE = "student"

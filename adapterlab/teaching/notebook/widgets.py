@@ -18,12 +18,12 @@ import html
 import ipywidgets as widgets
 import numpy as np
 
-from ..model import counting
+from ...model import counting
 
 from . import plots
 
 from . import probes
-from ..model.placement import PLACEMENTS
+from ...model.placement import PLACEMENTS
 
 #: σ grid of the init-scale explorer's curves: 1e-7 … 1, four points per decade.
 EXPLORER_SCALES = [float(f"{s:.4g}") for s in np.logspace(-7, 0, 29)]

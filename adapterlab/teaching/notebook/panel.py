@@ -36,12 +36,12 @@ from tqdm.auto import tqdm
 
 from .plots import display_data, training_figure
 from .widgets import reloadable
-from .. import methods
-from ..runs.reference import REFERENCE_BACKBONE, REFERENCE_CONFIG, SEEDS
-from ..training.precision import check_precision
+from ... import methods
+from ...runs.reference import REFERENCE_BACKBONE, REFERENCE_CONFIG, SEEDS
+from ...training.precision import check_precision
 from .profiles import current_profile
-from ..runs.store import default_stores, history_of, precision_for, run_or_load
-from ..training import TrainConfig, load_experiment, run_experiment
+from ...runs.store import default_stores, history_of, precision_for, run_or_load
+from ...training import TrainConfig, load_experiment, run_experiment
 
 #: The precision menu: fp32 first, the precision of the reference runs the panel reads.
 PRECISION_CHOICES = (
