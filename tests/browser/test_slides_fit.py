@@ -138,6 +138,28 @@ LEGIBLE = """([minText, minCode, minFigure, minColumn, maxWords, otherSlides]) =
             }
         }
     }
+    // figures: no two labels overlap, and a legend shows whole (inside its figure, no scroll bar)
+    for (const div of all('.plotly-graph-div')) {
+        const labels = [...div.querySelectorAll('.gtitle, .xtitle, .ytitle, .legendtext, .annotation-text, .xtick text, .ytick text')]
+            .filter(el => el.textContent.trim() && el.getClientRects().length);
+        const rects = labels.map(el => el.getBoundingClientRect());
+        let overlap = null;
+        for (let i = 0; i < rects.length && !overlap; i++)
+            for (let j = i + 1; j < rects.length && !overlap; j++) {
+                const a = rects[i], b = rects[j];
+                const w = Math.min(a.right, b.right) - Math.max(a.left, b.left), h = Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top);
+                if (w > 2 && h > 2) overlap = [labels[i], labels[j]];
+            }
+        if (overlap) problems.push(`figure text ${short(overlap[0])} overlaps ${short(overlap[1])}`);
+        const legend = div.querySelector('.legend');
+        if (legend) {
+            const box = div.getBoundingClientRect(), r = legend.getBoundingClientRect();
+            const bar = legend.querySelector('.scrollbar');
+            const scrolls = bar && bar.getBoundingClientRect().height > 0 && Number(bar.getAttribute('height') || 0) > 0;
+            if (scrolls || r.right > box.right + 1 || r.bottom > box.bottom + 1 || r.left < box.left - 1 || r.top < box.top - 1)
+                problems.push(`the legend of a figure is cut (${short(legend)})`);
+        }
+    }
     // numbers stay whole
     const walker = document.createTreeWalker(slide, NodeFilter.SHOW_TEXT);
     for (let node = walker.nextNode(); node; node = walker.nextNode()) {
@@ -507,9 +529,18 @@ def problem_deck(tmp_path_factory):
     words = " ".join(f"Then word{i} and word{i + 1} follow." for i in range(0, 90, 5))
     code = nbformat.v4.new_code_cell("value = " + repr("x" * 80))  # no place to break it: it stays 88 characters
     code.outputs = [nbformat.v4.new_output("stream", name="stdout", text="errors: " + ",".join(["8.6e-05"] * 11) + "\n")]
+    figure = {"data": [{"type": "scatter", "x": [1, 2], "y": [1, 2], "name": "Houlsby r=64"},
+                       {"type": "scatter", "x": [1, 2], "y": [2, 1], "name": "LoRA r=8"}],
+              "layout": {"title": {"text": "Two methods"}, "xaxis": {"title": {"text": "step"}},
+                         "yaxis": {"title": {"text": "accuracy"}}}}
+    plot = nbformat.v4.new_code_cell("figure", metadata={"slideshow": {"slide_type": "-"}})
+    plot.outputs = [nbformat.v4.new_output("display_data", data={"application/vnd.plotly.v1+json": figure})]
     nb.cells = [nbformat.v4.new_markdown_cell("# Problems", metadata={"slideshow": {"slide_type": "slide"}}),
                 nbformat.v4.new_markdown_cell(f"## The step d and σ\n\n{words}", metadata={"slideshow": {"slide_type": "slide"}}),
-                code]
+                code,
+                nbformat.v4.new_markdown_cell("## A figure", metadata={"slideshow": {"slide_type": "slide"}}),
+                plot,
+                nbformat.v4.new_markdown_cell("The two curves cross.", metadata={"slideshow": {"slide_type": "notes"}})]
     nbformat.write(nb, folder / "97_problems.ipynb")
     [deck] = export_slides([str(folder / "97_problems.ipynb")], folder / "out")
     return deck
@@ -538,8 +569,15 @@ def test_the_legibility_measure_reports_each_problem(page, problem_deck):
         paragraph.textContent += ' and more words'.repeat(30);
         document.querySelectorAll('.deck-source p').forEach(line => line.remove());  // a heading alone
     }""")
+    page.evaluate("""async () => {  // a note set over another label, and a legend longer than its figure
+        const div = document.querySelector('.plotly-graph-div');
+        const note = text => ({text, xref: 'paper', yref: 'paper', x: 0.5, y: 0.5, showarrow: false});
+        await Plotly.relayout(div, {annotations: [note('A PAPER NOTE'), note('AN AXIS NOTE')]});
+        await Plotly.addTraces(div, Array.from({length: 40}, (_, i) => ({x: [1, 2], y: [i, i], name: `method ${i}`})));
+    }""")
     found = "\n".join(problems())
     for expected in ("text-transform uppercase", "(it wraps)", "block \"value", "px, below 18.0", "px, below 24.0",
                      "content column is", "the number \"8.6e-05\" is split", "words of prose (at most",
-                     "and has no speaker notes", "shows nothing but a heading"):
+                     "and has no speaker notes", "shows nothing but a heading", "overlaps \"AN AXIS NOTE",
+                     "the legend of a figure is cut"):
         assert expected in found, f"not reported: {expected!r} in\n{found}"
