@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 import pytest
 
 from adapterlab.labfiles import all_labs
-from adapterlab.slide_layout import relative_paths
+from adapterlab.slide_layout import deck_outline, relative_paths
 from adapterlab.slides import export_slides
 
 
@@ -393,6 +393,18 @@ def test_no_two_slides_of_a_lab_deck_have_the_same_notes(tmp_path):
         notes = [" ".join(slide["notes"].split()) for slide in Deck(deck.read_text(encoding="utf-8")).slides]
         repeated = {note[:60] for note in notes if note and notes.count(note) > 1}
         assert not repeated, f"{deck.name}: {len(repeated)} notes on more than one slide, e.g. {sorted(repeated)[:1]}"
+    for lab in all_labs():  # every lab, from the layout's outline (checked against the export below)
+        notes = [" ".join(slide["notes"].split()) for slide in deck_outline(nbformat.read(lab, as_version=4))]
+        repeated = {note[:60] for note in notes if note and notes.count(note) > 1}
+        assert not repeated, f"{lab.stem}: notes on more than one slide, e.g. {sorted(repeated)[:1]}"
+
+
+def test_the_outline_has_the_exported_deck_s_slides_and_continuations(tmp_path):
+    for lab, deck in zip(all_labs()[:4], export_slides(all_labs()[:4], tmp_path)):
+        exported = [slide for slide in Deck(deck.read_text(encoding="utf-8")).slides if not slide["title"]]
+        outline = deck_outline(nbformat.read(lab, as_version=4))
+        assert len(outline) == len(exported), lab.stem
+        assert [s["continued"] for s in outline] == ["(continued)" in s["text"].split("¶")[0] for s in exported], lab.stem
 
 
 def test_a_summary_list_stays_on_one_slide_and_its_notes_hold_every_word(tmp_path):

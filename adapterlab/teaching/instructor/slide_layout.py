@@ -879,3 +879,24 @@ def legible_figure(figure: dict, size: int = FIGURE_FONT_PX) -> dict:
     font = layout.setdefault("font", {})
     font["size"] = max(font.get("size") or 0, size)
     return figure
+
+
+def deck_outline(nb) -> list[dict]:
+    """The slides `LectureLayout` makes of `nb`, in order, each as {"title": its first line, "continued":
+    whether the layout split it off the slide before, "notes": its speaker notes, "height": its estimated
+    height}: what an instructor would see paging through the deck, without exporting it."""
+    laid_out, _ = LectureLayout().preprocess(nb, {})
+    slides = []
+    for cell in laid_out.cells:
+        kind = slide_type(cell)
+        if kind in ("slide", "subslide") or not slides:
+            slides.append({"title": "", "continued": False, "notes": [], "height": 0})
+        slide = slides[-1]
+        if kind == "notes":
+            slide["notes"].append(cell.source.strip())
+            continue
+        if not slide["title"] and cell.source.strip():
+            slide["title"] = cell.source.strip().splitlines()[0]
+            slide["continued"] = slide["title"].startswith("#") and slide["title"].endswith("(continued)")
+        slide["height"] += cell_height(cell)
+    return [slide | {"notes": "\n\n".join(slide["notes"])} for slide in slides]
