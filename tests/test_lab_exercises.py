@@ -70,11 +70,12 @@ def test_every_lab_has_an_exercise_followed_by_its_self_check(number):
     assert exercises, f"lab {number:02d} has no exercise (a code cell with ### BEGIN SOLUTION ... ### END SOLUTION)"
     known = known_checks()
     for index in exercises:
-        following = nb.cells[index + 1] if index + 1 < len(nb.cells) else None
+        # the next code cell (a heading may stand between them: the check is a slide of its own)
+        following = next((cell for cell in nb.cells[index + 1 :] if cell.cell_type == "code"), None)
         names = called_checks(following) if following is not None else []
-        assert names, f"lab {number:02d}: the cell after exercise cell {index} calls no check_... self-check"
+        assert names, f"lab {number:02d}: the code cell after exercise cell {index} calls no check_... self-check"
         unknown = [name for name in names if name not in known]
-        assert not unknown, f"lab {number:02d}, cell {index + 1}: {unknown} is not in adapterlab.checks or adapterlab.checks_training"
+        assert not unknown, f"lab {number:02d}, after cell {index}: {unknown} is not in adapterlab.checks or adapterlab.checks_training"
 
 
 def test_the_labs_ask_enough_predictions_and_every_lab_asks_one():

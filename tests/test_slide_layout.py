@@ -461,3 +461,20 @@ def test_a_reveal_too_long_for_its_prediction_slide_is_the_next_slide(tmp_path):
     [told] = [slide for slide in deck.slides if "THE-LESSON" in slide["text"]]
     assert asked is not told and "THE-LESSON" not in asked["text"]
     assert "result" in told["text"].lower() and "continued" not in told["text"]
+
+
+@pytest.mark.parametrize("note", [None, "NOTE-UNDER-TITLE"])
+def test_a_figure_moved_to_its_own_slide_is_headed_by_its_title_drawn_once(tmp_path, note):
+    title = {"text": "FIGURE-TITLE<br>on two lines"} | ({"subtitle": {"text": note}} if note else {})
+    figure = go.Figure(go.Scatter(x=[1, 2], y=[2, 1]), layout={"title": title, "height": 500}).to_dict()
+    output = nbformat.v4.new_output("display_data", data={"application/vnd.plotly.v1+json": figure})
+    code = "\n".join(f"x{i} = {i}" for i in range(12))
+    deck = export(tmp_path, [cell("md", "## The section", "slide"), cell("code", code, "-", [output])])
+    [figure_slide] = [slide for slide in deck.slides if "FIGURE-TITLE" in slide["text"]]
+    assert "x11 = 11" not in figure_slide["text"], "the figure is on a slide of its own"
+    assert figure_slide["text"].strip().startswith("FIGURE-TITLE on two lines")
+    assert "(continued)" not in figure_slide["text"]
+    html = (tmp_path / "out" / "42_small.slides.html").read_text(encoding="utf-8")
+    drawn = re.findall(r'"title":\s*\{"text":\s*"([^"]*)"', html)
+    assert not any("FIGURE-TITLE" in text for text in drawn), "the figure does not draw its title again"
+    assert (note in drawn) if note else not drawn, "a note under the title becomes the figure's title"

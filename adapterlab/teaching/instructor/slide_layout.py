@@ -558,7 +558,8 @@ def _label_continuations(cells):
                                  or (results and not says)):
             starts = slide_type(body[0]) if slide_type(body[0]) in ("slide", "subslide") else "subslide"
             continued = {RESULT: ": the result", True: " (continued)"}.get(group["continued"], "")
-            label = _markdown_cell(f"### {group['heading'].rstrip('.:')}{continued}", starts)
+            title = _figure_title_as_heading(body) if group["continued"] is not RESULT and not says else None
+            label = _markdown_cell(f"### {title or group['heading'].rstrip('.:') + continued}", starts)
             set_slide_type(body[0], "-")
             body = [label] + body
         split = group["continued"] or any(other["origin"] == group["origin"] and other is not group for other in groups)
@@ -569,6 +570,29 @@ def _label_continuations(cells):
         if "id" in cell and any(cell["id"] == other.get("id") for other in shown[:number]):
             cell["id"] = f"{cell['id'][:56]}-c{number}"
     return shown
+
+
+def _figure_title_as_heading(cells) -> str | None:
+    """The title of the one figure a slide of outputs shows, taken out of the figure to head the slide
+    (it names what the slide shows better than "(continued)" does); a note under the title becomes the
+    figure's title, in its grey. None when the slide shows code, or other than one titled figure."""
+    shown = [cell for cell in cells if slide_type(cell) != "notes"]
+    if any(cell.cell_type != "code" or not cell.metadata.get("transient", {}).get("remove_source") for cell in shown):
+        return None
+    figures = [output["data"][PLOTLY_MIME] for cell in shown for output in cell.get("outputs", [])
+               if PLOTLY_MIME in output.get("data", {})]
+    layout = figures[0].get("layout", {}) if len(figures) == 1 else {}
+    title = layout.get("title")
+    text = title.get("text") if isinstance(title, dict) else title
+    if not text:
+        return None
+    subtitle = title.get("subtitle", {}) if isinstance(title, dict) else {}
+    if subtitle.get("text"):
+        layout["title"] = {"text": subtitle["text"], "font": subtitle.get("font", {})}
+    else:
+        layout.pop("title")
+        layout.setdefault("margin", {})["t"] = 30
+    return " ".join(re.sub(r"<[^>]+>", " ", text).split())
 
 
 def _part_note(heading: str | None, part: int, cells) -> str:
