@@ -130,6 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "the trained set")
     train.add_argument("--overwrite", action="store_true",
                        help="replace the run already in --out (only once the new run is written)")
+    train.add_argument("--save-dtype", choices=sorted(SAVE_DTYPES), default="fp32",
+                       help="the dtype the adapter set is written in: fp16 or bf16 halve the file, for a set "
+                            "kept in a repository; loading casts back to the model's (default: fp32)")
     _add_own_task_flags(train)
 
     evaluate = commands.add_parser("evaluate", help="evaluate a saved adapter set on its task's dev set")
@@ -229,6 +232,17 @@ def _check_rows(flag: str, value: int | None) -> None:
 
 
 #: The size options and the limit of each (adapterlab.validation.SIZE_LIMITS); the seed has its own range.
+#: train --save-dtype: the torch dtype (by name) a trained set is written in; fp32 keeps the model's.
+SAVE_DTYPES = {"fp32": None, "fp16": "float16", "bf16": "bfloat16"}
+
+
+def _save_dtype(args):
+    import torch
+
+    name = SAVE_DTYPES[args.save_dtype]
+    return getattr(torch, name) if name else None
+
+
 _SIZE_OPTIONS = {"bottleneck": "bottleneck", "lora_rank": "rank", "top_k": "top_k", "num_labels": "num_labels",
                  "batch_size": "batch_size", "max_train": "rows", "max_eval": "rows", "eval_rows": "rows",
                  "max_steps": "steps", "eval_every": "eval_every", "validation_rows": "rows"}
@@ -355,7 +369,7 @@ def _train_into(args, task, config, staging, saved_methods, save_adapter_set) ->
         report["checkpoint"] = str(out) if config.method in saved_methods else None
 
         def save(folder):
-            save_adapter_set(result.model, folder, backbone=result.backbone_info,
+            save_adapter_set(result.model, folder, backbone=result.backbone_info, dtype=_save_dtype(args),
                              extra={"task": task, "seed": config.seed, "metrics": result.metrics})
 
         if not report["checkpoint"]:

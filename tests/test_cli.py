@@ -394,3 +394,25 @@ def test_a_ctrl_c_while_torch_loads_ends_in_one_line_and_exit_130(start):
                            "8"], capture_output=True, text=True, timeout=300)
     assert done.returncode == INTERRUPTED and done.stdout == ""
     assert done.stderr.splitlines() == ["adapterlab: interrupted while loading; nothing was done"]
+
+
+def test_train_save_dtype_fp16_halves_the_set_and_loads_back_within_its_rounding(tmp_path):
+    import torch
+    from safetensors import safe_open
+
+    assert train(tmp_path / "fp32", "--seed", "3") == OK
+    assert train(tmp_path / "fp16", "--seed", "3", "--save-dtype", "fp16") == OK
+    def tensor_bytes(name):  # the file less its 8-byte length and JSON header
+        data = (tmp_path / name / "adapters.safetensors").read_bytes()
+        return len(data) - 8 - int.from_bytes(data[:8], "little")
+
+    assert tensor_bytes("fp16") * 2 == tensor_bytes("fp32")
+    with safe_open(tmp_path / "fp16" / "adapters.safetensors", "pt") as half, \
+            safe_open(tmp_path / "fp32" / "adapters.safetensors", "pt") as full:
+        assert {half.get_tensor(k).dtype for k in half.keys()} == {torch.float16}
+        for key in full.keys():  # the same run, so the same weights, rounded to fp16
+            assert torch.equal(half.get_tensor(key), full.get_tensor(key).half()), key
+    model, _, _ = load_backbone(TINY, seed=3)
+    apply_method(model, "houlsby", bottleneck=8)
+    load_adapter_set(model, tmp_path / "fp16")
+    assert next(model.parameters()).dtype == torch.float32
