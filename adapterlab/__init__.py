@@ -37,7 +37,7 @@ MOVED = {
     **{name: f"teaching.instructor.{name}" for name in ("student", "slides", "slide_layout", "slides_pdf", "labfiles")},
     # adapterlab.teaching was one folder before it was split by whom each part serves
     **{f"teaching.{name}": f"teaching.{part}.{name}" for part, names in (
-        ("exercises", ("checks", "checks_training")),
+        ("exercises", ("checks", "checks_training", "checks_anatomy")),
         ("notebook", ("plots", "widgets", "panel", "probes", "profiles", "anatomy")),
         ("instructor", ("student", "slides", "slide_layout", "slides_pdf", "labfiles"))) for name in names},
 }

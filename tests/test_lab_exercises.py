@@ -43,7 +43,7 @@ def called_checks(cell) -> list[str]:
 def known_checks() -> set[str]:
     """The check_ functions of the self-check modules that exist."""
     names = set()
-    for module in ("adapterlab.checks", "adapterlab.checks_training"):
+    for module in ("adapterlab.checks", "adapterlab.checks_training", "adapterlab.teaching.checks_anatomy"):
         try:
             names |= {name for name in dir(importlib.import_module(module)) if name.startswith("check_")}
         except ModuleNotFoundError:

@@ -151,7 +151,7 @@ def test_teaching_is_split_by_whom_each_part_serves_and_no_part_imports_another(
     assert not crossing, crossing
 
 
-@pytest.mark.parametrize("name", ["checks", "checks_training", "plots", "widgets", "panel", "probes", "profiles",
+@pytest.mark.parametrize("name", ["checks", "checks_training", "checks_anatomy", "plots", "widgets", "panel", "probes", "profiles",
                                   "anatomy", "student", "slides", "slide_layout", "slides_pdf", "labfiles"])
 def test_a_lab_s_short_teaching_import_is_the_module_in_its_part(name):
     """`from adapterlab.teaching import checks` (the labs' line) gives the module its part holds."""
