@@ -298,3 +298,21 @@ def test_the_printed_command_asks_for_exactly_the_ablations_looked_up():
     assert "--backbone" not in ablate_command_line("sst2", config, [0], 300)  # the default needs no option
     pooler = dataclasses.replace(config, train_pooler=True, learning_rate=3e-4, max_steps=None, epochs=2.0)
     assert rebuilt(ablate_command_line("sst2", pooler, [0], 300))[1] == pooler
+
+
+def test_only_the_spans_asked_for_are_scored_each_as_in_the_full_ablation(make_classifier, batch):
+    model = adapted_classifier(make_classifier)
+    full = span_ablation(model, batch, evaluate=mean_logit_score, progress=False)
+    seen = []
+
+    def counting(model, data, batch_size=None, device=None):
+        seen.append(enabled_layers(model))
+        return mean_logit_score(model, data)
+
+    diagonal = span_ablation(model, batch, evaluate=counting, progress=False, spans=[(i, i) for i in range(3)])
+    assert seen == [[0, 1, 2], [1, 2], [0, 2], [0, 1]], "the full model, then one layer off at a time"
+    assert np.allclose(diagonal.single_layer(), full.single_layer())
+    assert np.isnan(diagonal.scores[0, 1]) and diagonal.full == pytest.approx(full.full)
+    for bad in ([], [(2, 1)], [(0, 3)]):
+        with pytest.raises(ValueError, match="0 <= i <= j < 3"):
+            span_ablation(model, batch, evaluate=counting, progress=False, spans=bad)
