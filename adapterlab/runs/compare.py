@@ -17,7 +17,7 @@ Every conclusion the labs print between two rows of seeds goes through :func:`co
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import stats
@@ -44,6 +44,7 @@ class Comparison:
     n_a: int
     n_b: int | None  # None: b is a fixed value
     seeds_to_settle: int | None  # undecided only: seeds per setting that would settle it (None: over MOST_SEEDS)
+    paired: bool = False  # the interval is of the seeds' own differences (see compare)
 
     @property
     def decided(self) -> bool:
@@ -52,7 +53,8 @@ class Comparison:
     def describe(self, scale: float = 100.0, unit: str = " points") -> str:
         """One line: the verdict in words, the difference and its 95 % interval (×``scale``), the seeds."""
         d, lo, hi, m = (scale * x for x in (self.difference, self.low, self.high, self.margin))
-        seeds = f"{self.n_a} seeds" if self.n_b is None else f"{self.n_a} and {self.n_b} seeds"
+        seeds = f"{self.n_a} paired seeds" if self.paired else \
+            f"{self.n_a} seeds" if self.n_b is None else f"{self.n_a} and {self.n_b} seeds"
         interval = f"difference {d:+.1f}{unit}, 95 % interval {lo:+.1f} to {hi:+.1f}; {seeds}"
         if self.verdict == "ahead":
             said = f"{self.a} ahead of {self.b}"
@@ -85,14 +87,25 @@ def margin_for(*sides) -> float:
     return MARGINS.get(metrics.pop() if len(metrics) == 1 else "accuracy", MARGINS["accuracy"])
 
 
-def compare(a, b, margin: float | None = None, *, names: tuple[str, str] | None = None) -> Comparison:
+def compare(a, b, margin: float | None = None, *, names: tuple[str, str] | None = None,
+            paired: bool = False) -> Comparison:
     """The course's verdict on ``a`` against ``b`` (see the module docstring). ``b`` may be a fixed number
-    (chance, the majority class): then the interval is the one-sample interval of ``a``'s mean minus it."""
+    (chance, the majority class): then the interval is the one-sample interval of ``a``'s mean minus it.
+
+    ``paired=True`` is for two measurements of the same seeds' runs, in the same seed order (lab 11 scores each
+    trained model and its own linearised copy): the interval is then the one-sample interval of the seeds'
+    differences, which leaves out the spread the two sides share."""
     fixed = isinstance(b, (int, float)) and not isinstance(b, bool)
     x = _values(a)
     y = None if fixed else _values(b)
     name_a, name_b = names or (_label(a, "A"), f"{b:g}" if fixed else _label(b, "B"))
     margin = margin_for(a, *(() if fixed else (b,))) if margin is None else float(margin)
+    if paired:
+        if fixed or len(x) != len(y):
+            raise ValueError(f"a paired comparison needs two lists of the same seeds in the same order; got {len(x)} "
+                             f"values and {'a fixed value' if fixed else f'{len(y)} values'}")
+        within = compare(x - y, 0.0, margin, names=(name_a, name_b))
+        return replace(within, difference=float(x.mean() - y.mean()), n_b=len(y), paired=True)
     n_b = None if fixed else len(y)
     if len(x) < 2 or (not fixed and len(y) < 2):
         mean_b = float(b) if fixed else (float(np.mean(y)) if len(y) else math.nan)
