@@ -178,15 +178,15 @@ def init_scale_figure(sweep: dict, current: dict | None = None) -> go.Figure:
                    "init scale σ (log)", "value (dimensionless; log)", log_x=True, log_y=True)
 
 
-def singular_values_figure(values: dict, bottleneck: int) -> go.Figure:
+def singular_values_figure(values: dict, bottleneck: int,
+                           title: str = "Singular values: a rank-r update has only r that are not zero") -> go.Figure:
     """Singular values (log) of one or more matrices, e.g. W_up W_down for a linear adapter."""
     fig = go.Figure()
     for (name, s), color in zip(values.items(), LINE_COLORS):
         s = [max(float(v), 1e-30) for v in s]
         fig.add_scatter(x=list(range(1, len(s) + 1)), y=s, mode="markers", name=name, marker_color=color)
     fig.add_vline(x=bottleneck + 0.5, line_dash="dash", line_color="gray", annotation_text=f"r = {bottleneck}")
-    return _layout(fig, "Singular values: a rank-r update has only r that are not zero", "index (largest first)",
-                   "singular value (log)", log_y=True)
+    return _layout(fig, title, "index (largest first)", "singular value (log)", log_y=True)
 
 
 def linear_fit_figure(sweep: dict) -> go.Figure:
@@ -597,4 +597,46 @@ def curve_figure(curves: dict[str, list[tuple[float, SeedRow]]], title: str, x_t
     fig = _layout(fig, title, x_title, METRIC_AXES.get(metric, metric), log_x=True)
     if ticks:
         fig.update_xaxes(tickvals=sorted(ticks))
+    return fig
+
+
+def adapter_change_figure(tables: dict, title: str) -> go.Figure:
+    """Heatmaps side by side, one per table (label → layers × 2 array: the adapter after attention and after
+    the FFN), of ‖A(h) − h‖ / ‖h‖ on one shared log colour scale, each cell printed (lab 11)."""
+    from plotly.subplots import make_subplots
+
+    values = [float(v) for table in tables.values() for row in table for v in row if v == v and v > 0]
+    low, high = math.floor(math.log10(min(values))), math.ceil(math.log10(max(values)))
+    fig = make_subplots(rows=1, cols=len(tables), subplot_titles=list(tables), shared_yaxes=True,
+                        horizontal_spacing=0.04)
+    for column, table in enumerate(tables.values(), 1):
+        layers = list(range(len(table)))
+        fig.add_trace(go.Heatmap(
+            z=[[math.log10(v) if v > 0 else None for v in row] for row in table], x=["attention", "FFN"], y=layers,
+            customdata=[[float(v) for v in row] for row in table], texttemplate="%{customdata:.3f}",
+            zmin=low, zmax=high, colorscale="Viridis", showscale=column == len(tables),
+            colorbar=dict(title="change", tickvals=list(range(low, high + 1)),
+                          ticktext=[f"{10.0 ** k:g}" for k in range(low, high + 1)]),
+            hovertemplate="layer %{y}, %{x}: %{customdata:.4f}<extra></extra>"), row=1, col=column)
+    fig = _layout(fig, title, "", "layer")
+    fig.update_yaxes(autorange="reversed", dtick=1, title=None)
+    fig.update_yaxes(title="layer", row=1, col=1)
+    fig.update_layout(height=460)
+    return fig
+
+
+def layer_importance_figure(points: dict, metric: str = "dev score") -> go.Figure:
+    """Per task (label → (change per layer, importance per layer)), each layer a labelled point: how far its
+    adapters move the hidden state against how much the dev score drops with them off (lab 11)."""
+    fig = go.Figure()
+    for (label, (change, importance)), color in zip(points.items(), LINE_COLORS):
+        fig.add_scatter(x=[float(v) for v in change], y=[100 * float(v) for v in importance], name=label,
+                        mode="markers+text", text=[f"layer {i}" for i in range(len(change))], textposition="top center",
+                        marker=dict(size=12, color=color), textfont=dict(color=color))
+    fig.add_hline(y=0, line_dash="dot", line_color="gray")
+    fig = _layout(fig, "Where the work is done: each layer's change against its ablation",
+                  "relative change ‖A(h) − h‖ / ‖h‖ (trained, mean of the layer's two adapters)",
+                  f"{metric} lost with that layer's adapters off (points)")
+    _legend_below(fig)
+    fig.update_layout(height=520)
     return fig

@@ -1,0 +1,154 @@
+"""The trained adapter sets lab 11 opens: Houlsby r = 64 on SST-2 and on CoLA, seeds 0, 1 and 2.
+
+Lab 11 asks what training did to the adapters; it should not spend its minutes training them first, and every
+student should open the same adapters, so that the lab's checked lines hold on every machine. The sets are made
+by the package's own ``train`` command, at the fair comparison's budget and at the rate it selected for
+Houlsby r = 64 on both tasks (lab 10), on the offline stand-in, and kept in the repository in float16
+(``data/lab11``, about 1.5 MB a set). :func:`missing_sets` names the command for any set that is not there;
+:func:`open_set` loads one into a fresh copy of its backbone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from torch import nn
+
+from ...methods.checkpoints import TENSORS_FILE
+from ...paths import DATA_DIR, PROJECT_ROOT
+from ...runs.tuning import PROTOCOLS
+from .set_anatomy import SetAnatomy, adapters_at_init, as_record, from_record, measure
+
+LAB11_DIR = DATA_DIR / "lab11"
+TASKS = ("sst2", "cola")
+SEEDS = (0, 1, 2)
+BACKBONE = "all-MiniLM-L6-v2"
+BOTTLENECK = 64
+#: The rate the fair comparison selected for Houlsby r = 64 on SST-2 and on CoLA (``tune --report``).
+LEARNING_RATE = 1e-3
+
+
+def set_folder(task: str, seed: int, folder=LAB11_DIR) -> Path:
+    return Path(folder) / f"{task}-seed{seed}"
+
+
+def train_arguments(task: str, seed: int, folder=LAB11_DIR) -> list[str]:
+    """The ``python -m adapterlab train`` arguments that make the set of ``task`` and ``seed``: the fair
+    comparison's protocol for the task (its validation rows, training rows, epochs and evaluations)."""
+    if task not in PROTOCOLS:
+        raise ValueError(f"lab 11 has sets for {' and '.join(TASKS)}; got task {task!r}")
+    protocol = PROTOCOLS[task]
+    rows = [] if protocol.max_train is None else ["--max-train", str(protocol.max_train)]
+    return ["--task", task, "--method", "houlsby", "--bottleneck", str(BOTTLENECK), "--lr", f"{LEARNING_RATE:g}",
+            "--train-pooler", "--precision", "fp32", "--batch-size", "32", *rows,
+            "--validation-rows", str(protocol.validation_rows), "--epochs", f"{protocol.epochs:g}",
+            "--eval-every", str(protocol.eval_every), "--seed", str(seed), "--backbone", BACKBONE,
+            "--save-dtype", "fp16", "--no-progress", "--out", _shown(set_folder(task, seed, folder))]
+
+
+def _shown(path: Path) -> str:
+    """A folder inside the project as the command, run in the project's folder, names it (no absolute path)."""
+    return str(path.relative_to(PROJECT_ROOT)) if path.is_relative_to(PROJECT_ROOT) else str(path)
+
+
+def train_command(task: str, seed: int, folder=LAB11_DIR) -> str:
+    return shlex.join(["python", "-m", "adapterlab", "train", *train_arguments(task, seed, folder)])
+
+
+def missing_sets(folder=LAB11_DIR, tasks=TASKS, seeds=SEEDS) -> list[str]:
+    """The command for every set of lab 11 that ``folder`` does not hold (a run folder with its metrics)."""
+    return [train_command(task, seed, folder) for task in tasks for seed in seeds
+            if not (set_folder(task, seed, folder) / "metrics.json").is_file()]
+
+
+@dataclass
+class TrainedSet:
+    """One trained set, loaded: the model (in eval mode), its tokenizer, the backbone it loaded, and the
+    run's metrics.json (its dev score, history and configuration)."""
+
+    task: str
+    seed: int
+    model: nn.Module
+    tokenizer: object
+    backbone: object
+    run: dict
+
+    @property
+    def dev_score(self) -> float:
+        """The dev score the run reported when it was trained (accuracy for SST-2, MCC for CoLA)."""
+        metrics = self.run["metrics"]
+        return metrics["matthews"] if self.task == "cola" else metrics["accuracy"]
+
+
+def open_set(task: str, seed: int, folder=LAB11_DIR) -> TrainedSet:
+    """The set of ``task`` and ``seed`` loaded into a fresh copy of the backbone it was trained on."""
+    from ...methods.checkpoints import load_adapter_set
+    from ...runs.folder import adapter_set_config
+    from ...training.backbones import load_backbone
+
+    where = set_folder(task, seed, folder)
+    if not (where / "metrics.json").is_file():
+        raise FileNotFoundError(f"lab 11's {task} set of seed {seed} is not in {where}; make it with "
+                                f"`{train_command(task, seed, folder)}` (run in the project's folder)")
+    run = json.loads((where / "metrics.json").read_text(encoding="utf-8"))
+    saved = adapter_set_config(where)["backbone"]
+    model, tokenizer, info = load_backbone(saved["name"], num_labels=saved["num_labels"], seed=seed)
+    load_adapter_set(model, where)
+    return TrainedSet(task, seed, model.eval(), tokenizer, info, run)
+
+
+#: Where lab 11's measurements of each set are kept (a run folder holds only what `train` wrote), and the
+#: training rows its linear fits read.
+ANATOMY_DIR = "anatomy"
+FIT_ROWS = 1000
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _data_fingerprint(task: str, seed: int, data_dir=None) -> str:
+    """The SHA-256 of the rows a set's measurements read (the task's dev set and its fit rows): measurements
+    made on other data (the toy sets, another GLUE copy) are not these."""
+    from ...training.data import load_split
+
+    dev = load_split(task, "dev", data_dir)
+    fit = load_split(task, "train", data_dir, max_examples=FIT_ROWS, seed=seed)
+    return _sha256(json.dumps([dev.texts, dev.labels, fit.texts, fit.labels]).encode())
+
+
+def measure_set(trained: TrainedSet, data_dir=None, *, scores: bool = True) -> SetAnatomy:
+    """Lab 11's measurements of ``trained`` (:func:`.set_anatomy.measure`): on the task's whole dev set, the
+    linear fits on :data:`FIT_ROWS` training rows drawn with the set's seed, and the adapters at init from the
+    backbone as loaded under that seed. A few minutes on a laptop, the evaluations most of them: ``scores=False``
+    leaves those out (:func:`.set_anatomy.measure`)."""
+    from ...training.backbones import load_backbone
+    from ...training.data import load_split, tokenize
+
+    pretrained, tokenizer, _ = load_backbone(trained.backbone.loaded, num_labels=trained.model.config.num_labels, seed=trained.seed)
+    dev = tokenize(load_split(trained.task, "dev", data_dir), tokenizer)
+    fit = tokenize(load_split(trained.task, "train", data_dir, max_examples=FIT_ROWS, seed=trained.seed), tokenizer)
+    at_init = adapters_at_init(trained.model, pretrained, trained.seed)
+    return measure(trained.model, at_init, dev, fit, task=trained.task, seed=trained.seed, scores=scores)
+
+
+def anatomy_of(task: str, seed: int, folder=LAB11_DIR, *, data_dir=None) -> SetAnatomy:
+    """Lab 11's measurements of one set: read from ``<folder>/anatomy/<task>-seed<seed>.json`` when they were made
+    from these very adapters on these very rows, else measured (:func:`measure_set`) and written there, so the
+    lab reads six sets in seconds and re-measures one live to show the stored numbers are this code's."""
+    where = set_folder(task, seed, folder)
+    stored = Path(folder) / ANATOMY_DIR / f"{where.name}.json"
+    made_from = {"adapters_sha256": _sha256((where / TENSORS_FILE).read_bytes()) if (where / TENSORS_FILE).is_file()
+                 else None, "data_sha256": _data_fingerprint(task, seed, data_dir)}
+    if stored.is_file() and made_from["adapters_sha256"]:
+        record = json.loads(stored.read_text(encoding="utf-8"))
+        if all(record.get(name) == value for name, value in made_from.items()):
+            return from_record(record["anatomy"])
+    measured = measure_set(open_set(task, seed, folder), data_dir)
+    stored.parent.mkdir(parents=True, exist_ok=True)
+    stored.write_text(json.dumps({**made_from, "anatomy": as_record(measured)}, indent=1), encoding="utf-8")
+    return measured

@@ -1,0 +1,229 @@
+"""Lab 11's trained sets (trained_sets) and its measurements of one set (set_anatomy), against independent work.
+
+The command that makes a set parses as a ``train`` command at the fair protocol's settings; missing sets are
+named by their commands; ``open_set`` loads a set as the checkpoint loader does; ``measure`` agrees with
+evaluations, ablations and fits redone here by hand; its record survives JSON; and ``anatomy_of`` reuses a
+stored record only while it was made from the very adapters and rows it reads. Tiny backbone and toy data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shlex
+
+import numpy as np
+import pytest
+import torch
+
+from adapterlab.cli import build_parser, config_from_args, main
+from adapterlab.methods.checkpoints import load_adapter_set
+from adapterlab.model.placement import (
+    adapted_outputs,
+    adapter_config,
+    add_adapters,
+    set_adapters_enabled,
+)
+from adapterlab.paths import PROJECT_ROOT
+from adapterlab.runs.tuning import PROTOCOLS
+from adapterlab.teaching.notebook import anatomy, set_anatomy, trained_sets
+from adapterlab.training.backbones import TINY, load_backbone
+from adapterlab.training.data import TOY_DIR, load_split, tokenize
+from adapterlab.training.evaluation import eval_batches, evaluate
+
+
+@pytest.fixture(autouse=True)
+def toy_data_only(monkeypatch):
+    """The project's toy sets: no GLUE folder from the environment, no hub probe."""
+    monkeypatch.delenv("ADAPTERLAB_DATA", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def tiny_run(folder, task: str, seed: int, *extra) -> dict:
+    """A real run folder made by the command line in seconds; its metrics.json."""
+    assert main(["train", "--out", str(folder), "--task", task, "--seed", str(seed), "--backbone", TINY,
+                 "--bottleneck", "8", "--batch-size", "16", "--max-train", "64", "--max-eval", "32",
+                 "--no-progress", *extra]) == 0
+    return json.loads((folder / "metrics.json").read_text())
+
+
+def logits(model, data) -> torch.Tensor:
+    with torch.no_grad():
+        return torch.cat([model(**{k: v for k, v in b.items() if k != "labels"}).logits
+                          for b in eval_batches(data, 32)])
+
+
+def assert_same(a: set_anatomy.SetAnatomy, b: set_anatomy.SetAnatomy):
+    for field in dataclasses.fields(set_anatomy.SetAnatomy):
+        x, y = getattr(a, field.name), getattr(b, field.name)
+        if isinstance(x, np.ndarray):
+            assert isinstance(y, np.ndarray) and y.dtype == np.float64, field.name
+            np.testing.assert_array_equal(x, y, err_msg=field.name)
+        else:
+            assert x == y and type(x) is type(y), field.name
+
+
+# ------------------------------------------------------------------------------------- the commands
+
+
+@pytest.mark.parametrize("task, seed", [("sst2", 0), ("cola", 2)])
+def test_the_command_trains_at_the_fair_protocol(task, seed):
+    command = trained_sets.train_command(task, seed)
+    words = shlex.split(command)
+    assert words[:4] == ["python", "-m", "adapterlab", "train"]
+    assert words[4:] == trained_sets.train_arguments(task, seed)
+    assert str(PROJECT_ROOT) not in command and not any(os.path.isabs(word) for word in words)
+    args = build_parser().parse_args(words[3:])
+    protocol = PROTOCOLS[task]
+    assert args.command == "train" and args.task == task and args.method == "houlsby"
+    assert (args.validation_rows, args.max_train, args.epochs, args.eval_every) == (
+        protocol.validation_rows, protocol.max_train, protocol.epochs, protocol.eval_every)
+    assert (args.batch_size, args.precision, args.train_pooler, args.bottleneck, args.seed) == (32, "fp32", True, 64, seed)
+    assert (args.backbone, args.save_dtype, args.out) == ("all-MiniLM-L6-v2", "fp16", f"data/lab11/{task}-seed{seed}")
+    # every other setting as the fair comparison's tuned runs have it, at the rate it selected
+    assert config_from_args(args) == protocol.base(method="houlsby", bottleneck=64, seed=seed,
+                                                   learning_rate=args.learning_rate)
+
+
+def test_an_unknown_task_names_the_two_it_has():
+    with pytest.raises(ValueError, match="sst2 and cola"):
+        trained_sets.train_arguments("mrpc", 0)
+
+
+def test_missing_sets_are_named_by_their_commands(tmp_path):
+    assert len(trained_sets.missing_sets(folder=tmp_path)) == 6
+    (tmp_path / "sst2-seed0").mkdir()
+    (tmp_path / "sst2-seed0" / "metrics.json").write_text("{}")
+    missing = trained_sets.missing_sets(folder=tmp_path)
+    assert len(missing) == 5 and all(command.startswith("python -m adapterlab train ") for command in missing)
+    outs = [shlex.split(command)[-1] for command in missing]
+    assert str(tmp_path / "sst2-seed0") not in outs and str(tmp_path / "cola-seed2") in outs
+    with pytest.raises(FileNotFoundError) as error:
+        trained_sets.open_set("cola", 2, tmp_path)
+    assert trained_sets.train_command("cola", 2, tmp_path) in str(error.value)
+
+
+# ------------------------------------------------------------------------------------ opening a set
+
+
+def test_open_set_loads_the_set_as_the_checkpoint_loader_does(tmp_path):
+    report = tiny_run(tmp_path / "sst2-seed0", "sst2", 0)
+    opened = trained_sets.open_set("sst2", 0, tmp_path)
+    assert not opened.model.training and (opened.task, opened.seed) == ("sst2", 0)
+    assert opened.run == report and opened.dev_score == report["metrics"]["accuracy"]
+    independent, tokenizer, _ = load_backbone(TINY, num_labels=2, seed=0)
+    bare = logits(independent, tokenize(load_split("sst2", "dev", source="toy", max_examples=40), tokenizer))
+    load_adapter_set(independent, tmp_path / "sst2-seed0")
+    dev = tokenize(load_split("sst2", "dev", source="toy", max_examples=40), opened.tokenizer)
+    assert torch.equal(logits(opened.model, dev), logits(independent.eval(), dev))
+    assert not torch.equal(logits(opened.model, dev), bare)  # the set was loaded, not just the backbone
+
+
+# ----------------------------------------------------------------------------------- measuring a set
+
+
+@pytest.fixture
+def measured():
+    """A tiny model whose adapters training moved far from their init (noise of 0.5 on every matrix), with its
+    classifier's bias centred on dev so that its CoLA predictions (and so its MCC) depend on the adapters;
+    the backbone as loaded; toy CoLA dev and fit rows; and measure's result."""
+    model, tokenizer, _ = load_backbone(TINY, num_labels=2, seed=0)
+    pretrained = load_backbone(TINY, num_labels=2, seed=0)[0]
+    torch.manual_seed(0)
+    add_adapters(model, "houlsby", 8)
+    with torch.no_grad():
+        for _, _, output in adapted_outputs(model):
+            for weight in (output.adapter.down.weight, output.adapter.up.weight):
+                weight.add_(0.5 * torch.randn_like(weight))
+    dev = tokenize(load_split("cola", "dev", source="toy", max_examples=80), tokenizer)
+    fit = tokenize(load_split("cola", "train", source="toy", max_examples=100), tokenizer)
+    assert fit.lengths.sum() >= 10 * (model.config.hidden_size + 1)  # enough tokens for every adapter's fit
+    with torch.no_grad():
+        margin = logits(model, dev) @ torch.tensor([-1.0, 1.0])
+        model.classifier.bias[1] -= margin.median()
+    before = logits(model, dev)
+    at_init = set_anatomy.adapters_at_init(model, pretrained, seed=0)
+    result = set_anatomy.measure(model, at_init, dev, fit, task="cola", seed=0)
+    return model, pretrained, at_init, dev, fit, before, result
+
+
+def test_measure_agrees_with_independent_evaluations(measured):
+    model, _, _, dev, fit, before, m = measured
+    assert (m.task, m.seed, m.metric, m.bottleneck) == ("cola", 0, "matthews", 8)
+    assert m.dev_trained == pytest.approx(evaluate(model, dev)["matthews"], abs=1e-12)
+    dropped = []
+    for layer in range(2):
+        set_adapters_enabled(model, False, layers=[layer])
+        dropped.append(m.dev_trained - evaluate(model, dev)["matthews"])
+        set_adapters_enabled(model, True)
+    np.testing.assert_allclose(m.importance, dropped, atol=1e-12)
+    assert np.abs(m.importance).max() > 0.01  # switching a layer off changes the score here
+    seen = anatomy.adapter_inputs(model, eval_batches(dev, 16))
+    np.testing.assert_allclose(m.change_trained, anatomy.relative_changes(model, seen), rtol=1e-5)
+    folded = anatomy.linearise_and_fold(model, anatomy.adapter_inputs(model, eval_batches(fit, 16)))
+    assert m.dev_linear == pytest.approx(evaluate(folded, dev)["matthews"], abs=1e-12)
+    assert m.dev_linear != m.dev_trained  # the folded model is another model here
+    assert all(output.enabled for _, _, output in adapted_outputs(model))
+    assert torch.equal(logits(model, dev), before)
+
+
+def test_adapters_at_init_are_the_set_at_step_zero(measured):
+    model, pretrained, at_init, dev, _, _, m = measured
+    with pytest.raises(ValueError, match="without adapters"):
+        set_anatomy.adapters_at_init(model, model, seed=0)
+    assert adapter_config(pretrained) is None  # the backbone passed in is left bare
+    assert adapter_config(at_init) == adapter_config(model)
+    seen = anatomy.adapter_inputs(at_init, eval_batches(dev, 16))
+    np.testing.assert_allclose(m.change_init, anatomy.relative_changes(at_init, seen), rtol=1e-5)
+    assert m.change_init.max() < m.change_trained.min() / 20
+
+
+def test_a_record_survives_json(measured):
+    m = measured[-1]
+    assert_same(set_anatomy.from_record(json.loads(json.dumps(set_anatomy.as_record(m)))), m)
+
+
+# -------------------------------------------------------------------------------------- stored measurements
+
+
+def test_stored_measurements_are_reused_only_for_the_same_adapters_and_rows(tmp_path, monkeypatch):
+    where = tmp_path / "cola-seed1"
+    tiny_run(where, "cola", 1)
+    real, calls = trained_sets.measure_set, []
+
+    def counted(trained, data_dir=None):
+        calls.append(trained)
+        return real(trained, data_dir)
+
+    def record():
+        return json.loads((tmp_path / "anatomy" / "cola-seed1.json").read_text())
+
+    monkeypatch.setattr(trained_sets, "measure_set", counted)
+    first = trained_sets.anatomy_of("cola", 1, tmp_path, data_dir=TOY_DIR)
+    stored = record()
+    assert len(calls) == 1 and calls[0].seed == 1
+    assert stored["adapters_sha256"] == hashlib.sha256((where / "adapters.safetensors").read_bytes()).hexdigest()
+    assert_same(set_anatomy.from_record(stored["anatomy"]), first)
+    assert sorted(p.name for p in where.iterdir()) == ["adapter_config.json", "adapters.safetensors", "metrics.json"]
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("measured again although the stored record matches the adapters and rows")
+
+    monkeypatch.setattr(trained_sets, "measure_set", refuse)
+    assert_same(trained_sets.anatomy_of("cola", 1, tmp_path, data_dir=TOY_DIR), first)
+
+    # other rows: a record measured on other data is not these measurements
+    (tmp_path / "anatomy" / "cola-seed1.json").write_text(json.dumps({**stored, "data_sha256": "0" * 64}))
+    monkeypatch.setattr(trained_sets, "measure_set", counted)
+    trained_sets.anatomy_of("cola", 1, tmp_path, data_dir=TOY_DIR)
+    assert len(calls) == 2 and record()["data_sha256"] == stored["data_sha256"]
+
+    # other adapters in the same folder: the set trained again over the old one
+    tiny_run(where, "cola", 1, "--lr", "0.05", "--overwrite")
+    again = trained_sets.anatomy_of("cola", 1, tmp_path, data_dir=TOY_DIR)
+    assert len(calls) == 3
+    assert not np.array_equal(again.change_trained, first.change_trained)
+    assert record()["adapters_sha256"] == hashlib.sha256((where / "adapters.safetensors").read_bytes()).hexdigest()
+    assert record()["adapters_sha256"] != stored["adapters_sha256"]
