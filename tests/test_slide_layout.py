@@ -478,3 +478,11 @@ def test_a_figure_moved_to_its_own_slide_is_headed_by_its_title_drawn_once(tmp_p
     drawn = re.findall(r'"title":\s*\{"text":\s*"([^"]*)"', html)
     assert not any("FIGURE-TITLE" in text for text in drawn), "the figure does not draw its title again"
     assert (note in drawn) if note else not drawn, "a note under the title becomes the figure's title"
+
+
+def test_a_slide_that_opens_on_code_is_headed_by_its_section(tmp_path):
+    deck = export(tmp_path, [cell("md", "## The section", "slide"), cell("md", "Some words."),
+                             cell("code", "first_part()", "subslide"), cell("code", "second_part()", "-")])
+    [code_slide] = [slide for slide in deck.slides if "first_part" in slide["text"]]
+    assert code_slide["text"].strip().startswith("The section"), code_slide["text"][:80]
+    assert "(continued)" not in code_slide["text"] and "second_part" in code_slide["text"]

@@ -323,7 +323,7 @@ def _fit_to_slides(cells):
             fitted.append(cell)
             continue
         if kind in ("slide", "subslide"):
-            used = 0
+            used = LABEL_PX if cell.cell_type == "code" else 0  # a slide opening on code gets its heading above it
         pieces = [out for code in _split_code(cell) for out in _split_outputs(code)] if cell.cell_type == "code" else [cell]
         while pieces:
             piece = pieces.pop(0)
@@ -553,7 +553,8 @@ def _label_continuations(cells):
         body = group["cells"]
         parts[group["origin"]] = parts.get(group["origin"], 0) + 1
         says = [c for c in body if c.cell_type == "markdown" and slide_type(c) != "notes" and c.source.strip()]
-        results = any(c.cell_type == "code" and c.get("outputs") for c in body)
+        results = any(c.cell_type == "code" and (c.get("outputs") or not c.metadata.get("transient", {}).get("remove_source"))
+                      for c in body if slide_type(c) != "notes")  # outputs or code: a slide never opens on either bare
         if group["heading"] and ((group["continued"] and not any(_HEADING.search(c.source) for c in says))
                                  or (results and not says)):
             starts = slide_type(body[0]) if slide_type(body[0]) in ("slide", "subslide") else "subslide"
