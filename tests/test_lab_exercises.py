@@ -1,9 +1,9 @@
 """Every lab makes the student act: an exercise with its self-check, and predictions asked before the result.
 
 These tests read the committed notebooks (nothing is executed). They hold the teaching standard of
-the labs (DESIGN.md §6): each of labs 1–10 has an exercise — a `### BEGIN SOLUTION` region — whose
+the labs (DESIGN.md §6): each of labs 1–11 has an exercise — a `### BEGIN SOLUTION` region — whose
 next cell calls a self-check from `adapterlab.checks` or `adapterlab.checks_training`; and the labs
-ask at least twelve "predict, then run" questions in all, at least one in each of labs 1–10, each
+ask at least twelve "predict, then run" questions in all, at least one in each of labs 1–11, each
 laid out as the labs lay them out: the question with its lettered options, the cell for the
 student's answer, a result that reveals it, and what it teaches.
 """
@@ -18,7 +18,7 @@ import pytest
 
 from adapterlab.labfiles import LABS_DIR
 
-LAB_NUMBERS = range(1, 11)
+LAB_NUMBERS = range(1, 12)
 MIN_PREDICTIONS = 12
 #: A check_ function called on a line that is not a comment.
 CHECK_CALL = re.compile(r"^[^#\n]*?\b(?P<name>check_\w+)\s*\(", re.M)

@@ -199,3 +199,26 @@ def test_the_placement_diagram_draws_each_label_as_its_own_box_at_the_slides_fon
     assert {"adapter (bottleneck r)", "adapter × s", "add & the same LayerNorm", "hidden states in"} <= labels
     assert all(a.font.size >= 18 and a.borderwidth for a in boxes)
     assert fig.layout.height <= 420, "the height a slide gives it: nothing is squeezed on the slide"
+
+
+def test_the_change_heatmaps_print_each_value_on_one_shared_log_scale():
+    import numpy as np
+
+    from adapterlab.teaching.notebook.plots import adapter_change_figure
+
+    tables = {"at init": np.array([[0.006, 0.009], [0.007, 0.008]]), "trained": np.array([[0.4, 0.02], [0.2, 0.15]])}
+    fig = adapter_change_figure(tables, "change")
+    assert [[list(row) for row in trace.text] for trace in fig.data] == [[["0.006", "0.009"], ["0.007", "0.008"]],
+                                                  [["0.400", "0.020"], ["0.200", "0.150"]]]
+    assert np.allclose(np.array(fig.data[1].z, dtype=float), np.log10(tables["trained"]))
+    assert {(trace.zmin, trace.zmax) for trace in fig.data} == {(-3, 0)}, "one colour scale for every panel"
+
+
+def test_the_layer_figure_plots_points_lost_in_colours_no_method_uses():
+    from adapterlab.teaching.notebook.plots import METHOD_STYLES, layer_importance_figure
+
+    fig = layer_importance_figure({"SST-2": ([0.1, 0.3, 0.2], [0.01, -0.002, 0.017]), "CoLA": ([0.2, 0.1, 0.3], [0.1, 0, 0])})
+    assert list(fig.data[0].y) == pytest.approx([1.0, -0.2, 1.7]) and list(fig.data[0].x) == [0.1, 0.3, 0.2]
+    used = {trace.marker.color for trace in fig.data}
+    assert len(used) == 2 and not used & {color for color, _ in METHOD_STYLES.values()}
+    assert fig.layout.yaxis.range[1] > 10, "room above the highest point for its label"

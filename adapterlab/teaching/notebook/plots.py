@@ -23,6 +23,8 @@ from ...runs.tradeoff import Point
 TEMPLATE = "plotly_white"
 COLORS = {"frozen": "#d9d9d9", "adapter": "#f28e2b", "layernorm": "#a0c4e8", "head": "#59a14f", "io": "#ffffff"}
 LINE_COLORS = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#b07aa1"]
+#: Two tasks side by side (lab 11), in colours no method uses.
+TASK_COLORS = ["#59a14f", "#555555"]
 
 #: One colour and one marker per training method, in every figure of the course: a reader who learnt that
 #: orange diamonds are LoRA in lab 10's first figure reads the next figure without its legend. The key is
@@ -613,11 +615,11 @@ def adapter_change_figure(tables: dict, title: str) -> go.Figure:
         layers = list(range(len(table)))
         fig.add_trace(go.Heatmap(
             z=[[math.log10(v) if v > 0 else None for v in row] for row in table], x=["attention", "FFN"], y=layers,
-            customdata=[[float(v) for v in row] for row in table], texttemplate="%{customdata:.3f}",
+            text=[[f"{float(v):.3f}" for v in row] for row in table], texttemplate="%{text}",
             zmin=low, zmax=high, colorscale="Viridis", showscale=column == len(tables),
             colorbar=dict(title="change", tickvals=list(range(low, high + 1)),
                           ticktext=[f"{10.0 ** k:g}" for k in range(low, high + 1)]),
-            hovertemplate="layer %{y}, %{x}: %{customdata:.4f}<extra></extra>"), row=1, col=column)
+            hovertemplate="layer %{y}, %{x}: %{text}<extra></extra>"), row=1, col=column)
     fig = _layout(fig, title, "", "layer")
     fig.update_yaxes(autorange="reversed", dtick=1, title=None)
     fig.update_yaxes(title="layer", row=1, col=1)
@@ -629,11 +631,13 @@ def layer_importance_figure(points: dict, metric: str = "dev score") -> go.Figur
     """Per task (label → (change per layer, importance per layer)), each layer a labelled point: how far its
     adapters move the hidden state against how much the dev score drops with them off (lab 11)."""
     fig = go.Figure()
-    for (label, (change, importance)), color in zip(points.items(), LINE_COLORS):
+    for (label, (change, importance)), color in zip(points.items(), TASK_COLORS):
         fig.add_scatter(x=[float(v) for v in change], y=[100 * float(v) for v in importance], name=label,
                         mode="markers+text", text=[f"layer {i}" for i in range(len(change))], textposition="top center",
                         marker=dict(size=12, color=color), textfont=dict(color=color))
     fig.add_hline(y=0, line_dash="dot", line_color="gray")
+    highest = max(100 * float(v) for _, importance in points.values() for v in importance)
+    fig.update_yaxes(range=[min(-1.0, -0.1 * highest), 1.2 * highest])  # room for the top point's label
     fig = _layout(fig, "Where the work is done: each layer's change against its ablation",
                   "relative change ‖A(h) − h‖ / ‖h‖ (trained, mean of the layer's two adapters)",
                   f"{metric} lost with that layer's adapters off (points)")

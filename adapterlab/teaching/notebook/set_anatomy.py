@@ -136,3 +136,41 @@ def layer_table(columns: dict, number: str = "{:.3f}") -> str:
             cells = "".join(f"  {number.format(float(table[layer][index])):>{width}}" for table in columns.values())
             lines.append(f"{layer:>5}  {position:<9}{cells}")
     return "\n".join(lines)
+
+
+TASK_NAMES = {"sst2": "SST-2", "cola": "CoLA"}
+METRIC_NAMES = {"accuracy": "accuracy", "matthews": "MCC"}
+
+
+def change_claims(anatomies, task: str) -> str:
+    """Lab 11's checked lines on how far the adapters of ``task`` moved: all near the identity at init, all
+    further after training in every seed, the furthest one, and whether the adapter after attention moved
+    further than the one after the FFN in every layer (on the mean of the seeds)."""
+    init = np.stack(per_seed(anatomies, task, "change_init"))
+    trained = np.stack(per_seed(anatomies, task, "change_trained"))
+    mean = trained.mean(axis=0)
+    layer, column = np.unravel_index(mean.argmax(), mean.shape)
+    return "\n".join([
+        f"{TASK_NAMES[task]}:",
+        f"  every adapter at init within 1 % of the identity: {bool((init < 0.01).all())}",
+        f"  every adapter moved further than at init, every seed: {bool((trained > init).all())}",
+        f"  furthest: layer {layer}, {anatomy.POSITIONS[column]} ({mean.max():.3f})",
+        f"  the attention adapter moved further than the FFN one, every layer: {bool((mean[:, 0] > mean[:, 1]).all())}",
+    ])
+
+
+def linear_against_trained(anatomies, task: str):
+    """Lab 11's decisive comparison on ``task``: per seed, the dev score as trained and with every adapter
+    linearised and folded away (a few lines), and the course's verdict between the two, paired by seed (the
+    same trained model on both sides), at the metric's margin."""
+    from ...runs.compare import MARGINS, compare
+
+    trained, linear = per_seed(anatomies, task, "dev_trained"), per_seed(anatomies, task, "dev_linear")
+    metric = next(a.metric for a in anatomies if a.task == task)
+    rows = "\n".join([f"{TASK_NAMES[task]} dev {METRIC_NAMES[metric]}, seeds "
+                      f"{', '.join(str(a.seed) for a in sorted(anatomies, key=lambda a: a.seed) if a.task == task)}:",
+                      "  adapters as trained:   " + " ".join(f"{v:.3f}" for v in trained),
+                      "  linearised and folded: " + " ".join(f"{v:.3f}" for v in linear)])
+    verdict = compare(linear, trained, MARGINS[metric], names=("linearised and folded", "the trained adapters"),
+                      paired=True)
+    return rows, verdict
