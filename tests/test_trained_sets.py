@@ -92,17 +92,12 @@ def test_an_unknown_task_names_the_two_it_has():
         trained_sets.train_arguments("mrpc", 0)
 
 
-def test_missing_sets_are_named_by_their_commands(tmp_path):
-    assert len(trained_sets.missing_sets(folder=tmp_path)) == 6
-    (tmp_path / "sst2-seed0").mkdir()
-    (tmp_path / "sst2-seed0" / "metrics.json").write_text("{}")
-    missing = trained_sets.missing_sets(folder=tmp_path)
-    assert len(missing) == 5 and all(command.startswith("python -m adapterlab train ") for command in missing)
-    outs = [shlex.split(command)[-1] for command in missing]
-    assert str(tmp_path / "sst2-seed0") not in outs and str(tmp_path / "cola-seed2") in outs
-    with pytest.raises(FileNotFoundError) as error:
-        trained_sets.open_set("cola", 2, tmp_path)
-    assert trained_sets.train_command("cola", 2, tmp_path) in str(error.value)
+def test_a_missing_set_is_named_by_the_command_that_makes_it(tmp_path):
+    for task, seed in (("cola", 2), ("sst2", 0)):
+        with pytest.raises(FileNotFoundError) as error:
+            trained_sets.anatomy_of(task, seed, tmp_path, data_dir=TOY_DIR)
+        assert trained_sets.train_command(task, seed, tmp_path) in str(error.value)
+        assert shlex.split(trained_sets.train_command(task, seed, tmp_path))[-1] == str(tmp_path / f"{task}-seed{seed}")
 
 
 # ------------------------------------------------------------------------------------ opening a set

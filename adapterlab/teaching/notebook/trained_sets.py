@@ -4,8 +4,8 @@ Lab 11 asks what training did to the adapters; it should not spend its minutes t
 student should open the same adapters, so that the lab's checked lines hold on every machine. The sets are made
 by the package's own ``train`` command, at the fair comparison's budget and at the rate it selected for
 Houlsby r = 64 on both tasks (lab 10), on the offline stand-in, and kept in the repository in float16
-(``data/lab11``, about 1.5 MB a set). :func:`missing_sets` names the command for any set that is not there;
-:func:`open_set` loads one into a fresh copy of its backbone.
+(``data/lab11``, about 1.5 MB a set). :func:`open_set` loads one into a fresh copy of its backbone, or names the
+command that makes it when it is not there; :func:`anatomy_of` gives the lab's measurements of one.
 """
 
 from __future__ import annotations
@@ -57,12 +57,6 @@ def _shown(path: Path) -> str:
 
 def train_command(task: str, seed: int, folder=LAB11_DIR) -> str:
     return shlex.join(["python", "-m", "adapterlab", "train", *train_arguments(task, seed, folder)])
-
-
-def missing_sets(folder=LAB11_DIR, tasks=TASKS, seeds=SEEDS) -> list[str]:
-    """The command for every set of lab 11 that ``folder`` does not hold (a run folder with its metrics)."""
-    return [train_command(task, seed, folder) for task in tasks for seed in seeds
-            if not (set_folder(task, seed, folder) / "metrics.json").is_file()]
 
 
 @dataclass
