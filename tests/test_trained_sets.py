@@ -222,3 +222,27 @@ def test_stored_measurements_are_reused_only_for_the_same_adapters_and_rows(tmp_
     assert not np.array_equal(again.change_trained, first.change_trained)
     assert record()["adapters_sha256"] == hashlib.sha256((where / "adapters.safetensors").read_bytes()).hexdigest()
     assert record()["adapters_sha256"] != stored["adapters_sha256"]
+
+
+def test_a_re_measure_without_scores_agrees_with_the_stored_measure_and_a_changed_one_does_not(measured):
+    model, _, at_init, dev, fit, _, stored = measured
+    live = set_anatomy.measure(model, at_init, dev, fit, task="cola", seed=0, scores=False)
+    assert np.isnan(live.dev_trained) and np.isnan(live.importance).all()
+    assert set_anatomy.same_measurements(stored, live)
+    moved = dataclasses.replace(live, change_trained=live.change_trained * (1 + 1e-3))
+    assert not set_anatomy.same_measurements(stored, moved)
+    ranked = dataclasses.replace(live, weight_ranks=live.weight_ranks + np.eye(*live.weight_ranks.shape))
+    assert not set_anatomy.same_measurements(stored, ranked)
+
+
+def test_the_lab_s_verdict_is_the_paired_comparison_of_the_seeds(measured):
+    from adapterlab.runs.compare import compare
+
+    one = measured[-1]
+    seeds = [dataclasses.replace(one, seed=s, dev_trained=t, dev_linear=l)
+             for s, t, l in ((2, 0.25, 0.214), (0, 0.205, 0.201), (1, 0.205, 0.237))]
+    rows, verdict = set_anatomy.linear_against_trained(seeds, "cola")
+    expected = compare([0.201, 0.237, 0.214], [0.205, 0.205, 0.25], 0.02, paired=True)
+    assert (verdict.verdict, verdict.low, verdict.high) == (expected.verdict, expected.low, expected.high)
+    assert verdict.paired and rows.splitlines()[1:] == ["  adapters as trained:   0.205 0.205 0.250",
+                                                        "  linearised and folded: 0.201 0.237 0.214"]
