@@ -95,6 +95,21 @@ def test_the_margin_follows_the_metric_and_the_line_says_what_was_measured():
     assert line.startswith("Houlsby vs LoRA undecided") and "95 % interval" in line and "3 and 3 seeds" in line
     ahead = compare(row("full", [0.88, 0.881, 0.882], "accuracy"), row("Houlsby", [0.84, 0.85, 0.86], "accuracy"))
     assert ahead.describe().startswith("full ahead of Houlsby: difference +3.1 points")
+    behind = compare(row("Houlsby", [0.84, 0.85, 0.86], "accuracy"), row("full", [0.88, 0.881, 0.882], "accuracy"))
+    assert behind.verdict == "behind" and behind.difference < 0
+    low, high = (round(-100 * bound, 1) for bound in (behind.high, behind.low))
+    assert behind.describe().startswith(f"full ahead of Houlsby: difference +3.1 points, 95 % interval "
+                                        f"+{low} to +{high}")  # read the way round it is said
+
+
+def test_a_side_whose_seeds_all_agree_is_compared_without_a_warning():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        verdict = compare([0.509, 0.509, 0.509], [0.85, 0.86, 0.855])
+    expected = stats.ttest_ind([0.509] * 3, [0.85, 0.86, 0.855], equal_var=False).confidence_interval(0.95)
+    assert verdict.verdict == "behind" and verdict.high == pytest.approx(expected.high)
 
 
 def test_too_few_seeds_decide_nothing():

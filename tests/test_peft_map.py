@@ -6,6 +6,7 @@ import math
 import statistics
 
 import pytest
+from scipy import stats
 import torch
 
 from adapterlab import peft_map, tradeoff
@@ -99,15 +100,23 @@ def _row(label, values, config=None):
                    std=statistics.stdev(values) if len(values) > 1 else math.nan)
 
 
-def test_the_knee_is_the_smallest_size_the_seeds_cannot_tell_from_the_best():
-    values = {2: [0.80, 0.82, 0.78], 8: [0.86, 0.88, 0.84], 64: [0.87, 0.875, 0.865], 256: [0.865, 0.87, 0.86]}
+def test_the_knee_is_the_first_size_welchs_interval_does_not_place_behind_the_best():
+    values = {2: [0.80, 0.82, 0.78], 8: [0.868, 0.870, 0.869], 64: [0.870, 0.872, 0.871], 256: [0.865, 0.87, 0.86]}
     rows = [_row(r, v) for r, v in values.items()]
-    best = max(values, key=lambda r: statistics.mean(values[r]))
-    within = [r for r in values if abs(statistics.mean(values[r]) - statistics.mean(values[best]))
-              <= max(statistics.stdev(values[r]), statistics.stdev(values[best]))]
-    assert best == 64 and within[0] == 8  # the hand-made numbers say what the test is about
-    assert tradeoff.knee(rows).label == 8
-    assert tradeoff.knee([_row(2, [0.8, 0.81]), _row(8, [0.9])]) is None  # one measured row: no knee
+
+    def interval(a, b):  # Welch's 95 % interval of mean(a) - mean(b), from scipy directly
+        result = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+        return result.low, result.high
+
+    assert interval(values[2], values[64])[1] < 0   # r = 2 is behind the best (r = 64)
+    assert -0.01 < interval(values[8], values[64])[0] < 0 < interval(values[8], values[64])[1] < 0.01  # r = 8 level
+    row, line = tradeoff.knee(rows)
+    assert row.label == 8 and line.startswith("the knee of r: 8")
+    # a wide r = 2, whose interval against the best holds 0, leaves the knee undecided
+    wide = [_row(2, [0.70, 0.86, 0.78]), *rows[1:]]
+    assert interval([0.70, 0.86, 0.78], values[64])[1] > 0
+    assert tradeoff.knee(wide) == (None, "the knee of r: undecided, the seeds cannot place 2 against 64")
+    assert tradeoff.knee([_row(2, [0.8, 0.81]), _row(8, [0.9])])[0] is None  # one seed at r = 8: no knee
 
 
 def test_trained_parameters_leaves_the_backbones_flags_alone(make_classifier):

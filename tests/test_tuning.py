@@ -347,7 +347,7 @@ def test_the_table_shows_rates_spreads_and_the_paper_beside_ours():
     assert lines[3].split() == ["full", "fine-tuning", "—", "—", "not", "stored", "94.9"]
 
 
-def test_the_validation_curve_is_read_from_each_evaluation_and_its_final_gain_is_the_last_step_over_the_best_before():
+def test_the_validation_curve_is_read_from_each_evaluation():
     record = {"metric": "accuracy", "evals": [
         {"step": 125, "accuracy": 0.70, "validation": {"accuracy": 0.80}},
         {"step": 250, "accuracy": 0.90, "validation": {"accuracy": 0.86}},   # the dev score is not the curve's
@@ -355,10 +355,6 @@ def test_the_validation_curve_is_read_from_each_evaluation_and_its_final_gain_is
         {"step": 500, "accuracy": 0.81, "validation": {"accuracy": 0.87}}]}
     curve = tuning.validation_curve(record)
     assert curve == [(125, 0.80), (250, 0.86), (375, 0.84), (500, 0.87)]
-    assert tuning.final_gain(curve) == pytest.approx(0.87 - 0.86)            # over the best before, not the last
-    assert tuning.final_gain(curve[:3]) == pytest.approx(0.84 - 0.86)        # it fell back
-    with pytest.raises(ValueError, match="evaluate more often"):
-        tuning.final_gain(curve[:1])
 
 
 def test_a_tuned_row_carries_seed_zeros_curve_at_its_selected_rate(monkeypatch, tmp_path):

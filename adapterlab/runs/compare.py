@@ -17,6 +17,7 @@ Every conclusion the labs print between two rows of seeds goes through :func:`co
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -53,6 +54,8 @@ class Comparison:
     def describe(self, scale: float = 100.0, unit: str = " points") -> str:
         """One line: the verdict in words, the difference and its 95 % interval (×``scale``), the seeds."""
         d, lo, hi, m = (scale * x for x in (self.difference, self.low, self.high, self.margin))
+        if self.verdict == "behind":  # said the way round it reads: the one ahead first, its lead positive
+            d, lo, hi = -d, -hi, -lo
         seeds = f"{self.n_a} paired seeds" if self.paired else \
             f"{self.n_a} seeds" if self.n_b is None else f"{self.n_a} and {self.n_b} seeds"
         interval = f"difference {d:+.1f}{unit}, 95 % interval {lo:+.1f} to {hi:+.1f}; {seeds}"
@@ -131,10 +134,14 @@ def _interval(x: np.ndarray, y) -> tuple[float, float, float]:
     spread = x.var(ddof=1) + (0.0 if fixed else y.var(ddof=1))
     if spread == 0:  # every seed gave the same value on both sides: the difference is exact
         return difference, difference, difference
-    if fixed:  # scipy's one-sample interval is of the mean itself: shift it by the fixed value
-        interval = stats.ttest_1samp(x, y).confidence_interval(CONFIDENCE)
-        return float(interval.low) - y, float(interval.high) - y, difference
-    interval = stats.ttest_ind(x, y, equal_var=False).confidence_interval(CONFIDENCE)
+    with warnings.catch_warnings():
+        # one side's seeds all equal (a method stuck at the majority class): scipy warns of precision loss in its
+        # moments, but the interval then rests on the other side's spread alone, which is what Welch's should do
+        warnings.filterwarnings("ignore", "Precision loss occurred", RuntimeWarning)
+        if fixed:  # scipy's one-sample interval is of the mean itself: shift it by the fixed value
+            interval = stats.ttest_1samp(x, y).confidence_interval(CONFIDENCE)
+            return float(interval.low) - y, float(interval.high) - y, difference
+        interval = stats.ttest_ind(x, y, equal_var=False).confidence_interval(CONFIDENCE)
     return float(interval.low), float(interval.high), difference
 
 

@@ -9,7 +9,7 @@ its place on the axis), its y the dev metric's mean and spread over the seeds.
 
 Besides the figure, three readings of the same runs: the *Pareto front* (the methods no other method
 beats with as few or fewer trained parameters), the *knee* of the adapter-size curve (the smallest r
-whose mean the seeds cannot tell from the best), and the learning-rate and LayerNorm comparisons.
+the seeds do not place behind the best, by the course's rule), and the learning-rate and LayerNorm comparisons.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from .reference import REFERENCE_CONFIG, SeedRow, missing_report, seed_rows, within_spread
+from .compare import compare
+from .reference import REFERENCE_CONFIG, SeedRow, missing_report, seed_rows
 from ..model.latency import _shared_copy
 from .. import methods
 from ..methods import apply_method
@@ -31,7 +32,7 @@ from ..training import TrainConfig
 HOULSBY_BOTTLENECKS = (2, 8, 32, 64, 256)
 LORA_RANKS = (8, 64)
 TOP_K_LAYERS = (1, 2, 3)
-#: Peak learning rates of the learning-rate comparison (paper Appendix B: adapters robust over 2e-5 … 1e-3).
+#: Peak learning rates of the learning-rate comparison: fine-tuning's usual 2e-5 up to past the adapters' 1e-3.
 LEARNING_RATES = (2e-5, 1e-4, 1e-3, 3e-3)
 
 
@@ -137,11 +138,20 @@ def pareto_front(points: dict) -> list:
     return front
 
 
-def knee(rows: list[SeedRow]) -> SeedRow | None:
-    """The first row (rows in increasing size) whose mean the seeds cannot tell from the best row's:
-    past it, more capacity buys nothing measurable (lab 10). None when fewer than two rows have 2+ runs."""
-    measured = [row for row in rows if row.n >= 2]
-    if len(measured) < 2:
-        return None
-    best = max(measured, key=lambda row: row.mean)
-    return next(row for row in measured if row is best or within_spread(row, best))
+def knee(rows: list[SeedRow]) -> tuple[SeedRow | None, str]:
+    """The knee of the adapter size under the course's rule (:func:`~.compare.compare`): in rows of increasing
+    size, the first that the seeds do not place behind the best mean, every smaller one being behind it; past
+    it, more capacity buys nothing the seeds can see (labs 7 and 10). Returns that row, or None where the seeds
+    cannot place a smaller size (or a row has fewer than two runs), and one line saying why."""
+    if len(rows) < 2 or any(row.n < 2 for row in rows):
+        return None, "the knee of r: not stored yet (every size needs two seeds or more)"
+    best = max(rows, key=lambda row: row.mean)
+    for row in rows:
+        if row is best:
+            return row, f"the knee of r: {row.label}, the best mean (every smaller size is behind it)"
+        verdict = compare(row, best, names=(str(row.label), str(best.label)))
+        if verdict.verdict == "undecided":
+            return None, f"the knee of r: undecided, the seeds cannot place {row.label} against {best.label}"
+        if verdict.verdict != "behind":
+            return row, f"the knee of r: {row.label} ({verdict.describe()})"
+    raise AssertionError("unreachable: the best row is among the rows")

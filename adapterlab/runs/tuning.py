@@ -436,17 +436,9 @@ def budget_table(rows: list[dict], task: str) -> str:
 
 
 def validation_curve(record: dict) -> list[tuple[int, float]]:
-    """(step, validation score) at every evaluation of a tuned run: the curve that shows whether it flattened."""
+    """(step, validation score) at every evaluation of a tuned run (a flat tail under a rate that decays to zero
+    does not show that the run converged: the budget check, :func:`budget_rows`, does)."""
     return [(e["step"], e["validation"][record["metric"]]) for e in record.get("evals", []) if "validation" in e]
-
-
-def final_gain(curve: list[tuple[int, float]]) -> float:
-    """What a run's last evaluation adds to the best validation score before it (negative: it fell back). Under
-    a learning rate that decays to zero every curve flattens at the end, so a small final gain does not show
-    that a run converged; the budget check (:func:`budget_rows`) does."""
-    if len(curve) < 2:
-        raise ValueError("a curve of fewer than two evaluations has no final gain: evaluate more often")
-    return curve[-1][1] - max(score for _, score in curve[:-1])
 
 
 def run_protocol(task: str, *, stores: list[RunStore], shard: tuple[int, int] = (1, 1), backbone: str,
@@ -560,20 +552,11 @@ def tuned_claim_lines(rows: list[dict], pairs=CLAIMS) -> str:
 
 
 def knee(rows: list[dict]) -> tuple[dict | None, str]:
-    """The knee of the adapter size under the course's rule: in rows of increasing size, the first that the
-    seeds do not place behind the best mean, every smaller one being behind it. Returns that row (None where the
-    seeds cannot place it) and one line saying why."""
-    measured = [row for row in rows if set(SEEDS) <= set(row["seed_row"].seeds)]
-    if len(measured) < len(rows) or len(rows) < 2:
-        return None, "the knee of r: not stored yet"
-    best = max(measured, key=lambda row: row["mean"])
-    for row in measured:
-        if row is best:
-            return row, f"the knee of r: {row['label']}, the best mean (every smaller size is behind it)"
-        verdict = compare(row["seed_row"], best["seed_row"])
-        if verdict.verdict == "undecided":
-            return None, f"the knee of r: undecided, the seeds cannot place {row['label']} against {best['label']}"
-        if verdict.verdict != "behind":
-            return row, f"the knee of r: {row['label']} ({verdict.describe()})"
-    raise AssertionError("unreachable: the best row is among the rows")
+    """:func:`adapterlab.runs.tradeoff.knee` on :func:`tuned_rows`' rows of increasing size: the row at the knee
+    (None where the seeds cannot place it, or while a size lacks one of :data:`SEEDS`) and one line saying why."""
+    from .tradeoff import knee as seed_row_knee
 
+    if any(not set(SEEDS) <= set(row["seed_row"].seeds) for row in rows):
+        return None, "the knee of r: not stored yet"
+    found, line = seed_row_knee([row["seed_row"] for row in rows])
+    return next((row for row in rows if row["seed_row"] is found), None), line

@@ -3,9 +3,8 @@
 Superseded by :mod:`adapterlab.runs.tuning`, whose SST-2 validation rows are whole sentences with every phrase
 inside them kept out of training (random SST-2 rows leak: 61 % of them sit word for word inside a training
 phrase), whose near ties are decided on two seeds and whose sizes and depths are tuned around their family's
-rate. Labs 6, 7 and 10 read this complete comparison (78 SST-2 and 76 CoLA runs in ``data/reference_runs``)
-until every run of the new protocol is stored; nothing here trains. Its claims use the old one-spread rule,
-which :func:`adapterlab.runs.compare.compare` replaces.
+rate. Labs 7 and 10 read its CoLA table (76 runs in ``data/reference_runs``) until every CoLA run of the new
+protocol is stored, and judge it with :func:`adapterlab.runs.compare.compare`; nothing here trains.
 """
 
 from __future__ import annotations
@@ -19,10 +18,10 @@ from ..training import TrainConfig
 from ..training.backbones import expected_backbone
 from ..training.data import get_task
 from ..training.experiment import load_splits
-from .reference import seed_row, within_spread
+from .reference import seed_row
 from .store import RunStore, find, run_key
 from .tuning import MAX_EXTENSIONS, PROTOCOLS, SEEDS, Protocol
-from .tuning import final_gain, validation_curve  # noqa: F401  (the labs read them from here too)
+from .tuning import validation_curve
 
 @dataclass(frozen=True)
 class Point:
@@ -163,7 +162,7 @@ def tuned_rows(task: str, stores: list[RunStore], backbone: str, data_dir=None, 
     mean ± sample spread over the seeds stored at that rate, with the :class:`~.reference.SeedRow` they come
     from under ``seed_row`` (its config at the selected rate, or the method's default while none is selected:
     the figure still counts its parameters), and seed 0's validation curve at that rate under ``curve``.
-    Labs 6 and 10 read these."""
+    Labs 7 and 10 read the CoLA rows."""
     protocol = PROTOCOLS[task]
     lookup = stored_lookup(task, stores, backbone, data_dir)
     _, _, selections = plan(protocol, lookup, points)
@@ -187,12 +186,6 @@ def tuned_rows(task: str, stores: list[RunStore], backbone: str, data_dir=None, 
 #: The paper's numbers beside ours (Table 1: BERT-large on the GLUE test server, so shapes compare, not values).
 PAPER_ROWS = {("sst2", "full fine-tuning"): "sst2_full", ("sst2", "Houlsby r=64"): "sst2_adapters",
               ("cola", "full fine-tuning"): "cola_full", ("cola", "Houlsby r=64"): "cola_adapters"}
-#: The claims the labs print under the tuned table: (the two rows compared, what the line says).
-TUNED_CLAIMS = {
-    "adapters_match_full": (("Houlsby r=64", "full fine-tuning"),
-                            "tuned, Houlsby r = 64 is within one spread of full fine-tuning"),
-    "lora_matches_adapters": (("LoRA r=8", "Houlsby r=64"), "tuned, LoRA r = 8 is within one spread of Houlsby r = 64"),
-}
 
 
 def tuned_table(rows: list[dict], task: str) -> str:
@@ -213,24 +206,3 @@ def tuned_table(rows: list[dict], task: str) -> str:
         lines.append(f"{row['label']:<18} {rate:>12} {trained:>11} {score:>26} {paper:>6}")
     lines.append("* a shared rate   ! best rate at the grid's edge   paper: Table 1, BERT-large, GLUE test")
     return "\n".join(lines)
-
-
-def tuned_claims(rows: list[dict]) -> dict[str, bool | None]:
-    """Each of :data:`TUNED_CLAIMS` as a boolean: the two rows' dev means within the larger of their spreads,
-    each over all of :data:`SEEDS`; None while either row has fewer seeds stored."""
-    by_label = {row["label"]: row for row in rows}
-    claims = {}
-    for name, ((a, b), _) in TUNED_CLAIMS.items():
-        first, second = by_label.get(a), by_label.get(b)
-        if first is None or second is None or min(first["n"], second["n"]) < len(SEEDS):
-            claims[name] = None
-        else:
-            claims[name] = within_spread(first["seed_row"], second["seed_row"])
-    return claims
-
-
-def tuned_claim_lines(rows: list[dict]) -> str:
-    """One line per tuned claim: what it says and True, False or "not stored yet" (the labs' checked cells)."""
-    claims = tuned_claims(rows)
-    return "\n".join(f"{text}: {'not stored yet' if claims[name] is None else claims[name]}"
-                     for name, (_, text) in TUNED_CLAIMS.items())
