@@ -1,4 +1,8 @@
-"""Lab 8's stored three-seed ablation: claims computed from the stored numbers, missing runs named."""
+"""Lab 8's stored three-seed ablation: claims computed from the stored numbers, missing runs named.
+
+The claims that compare two sets of seeds are checked against scipy's own 95 % intervals (``ttest_rel`` for
+the two halves of the same models, ``ttest_ind(equal_var=False)`` against the control), on stored values
+chosen so that the old spread rule ("more than the larger spread") and the course's rule disagree."""
 
 from __future__ import annotations
 
@@ -6,11 +10,13 @@ import dataclasses
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from adapterlab.ablation_report import CLAIMS, read_stored_ablations
 from adapterlab.ablation_runs import ablation_key_for
 from adapterlab.backbones import TINY
 from adapterlab.data import TOY_DIR
+from adapterlab.runs.compare import Comparison
 from adapterlab.runstore import RunStore, key_for
 from adapterlab.training import TrainConfig
 
@@ -31,12 +37,16 @@ def span_scores(n, full, one_off, lower_off, upper_off, all_off):
     return scores
 
 
-def store_runs(store, *, full, one_off, lower_off, upper_off, all_off, majority, trained, control, seeds=SEEDS):
-    """Stored ablations and control runs under the keys lab 8 looks up; seed k adds k × 0.004 noise."""
+def store_runs(store, *, full, one_off, lower_off, upper_off, all_off, majority, trained, control, seeds=SEEDS,
+               upper_follows=False):
+    """Stored ablations and control runs under the keys lab 8 looks up; seed k adds (k - 1) × 0.004 noise, to the
+    upper half off with the opposite sign unless ``upper_follows`` (then both halves move with the seed)."""
     for seed in seeds:
         wobble = 0.004 * (seed - 1)
         config = dataclasses.replace(CONFIG, seed=seed)
-        matrix = span_scores(4, full, one_off + wobble, lower_off + wobble, upper_off - wobble, all_off + wobble)
+        upper_wobble = wobble if upper_follows else -wobble
+        matrix = span_scores(4, full, one_off + wobble, lower_off + wobble, upper_off + upper_wobble,
+                             all_off + wobble)
         store.put({"key": ablation_key_for("sst2", config, EVAL_ROWS, **WHERE), "status": "complete",
                    "metric": "accuracy", "best_metric": trained + wobble,
                    "ablation": {"metric": "accuracy", "full": full, "majority": majority,
@@ -50,13 +60,37 @@ def read(store, seeds=SEEDS):
     return read_stored_ablations("sst2", CONFIG, seeds, EVAL_ROWS, stores=[store], **WHERE)
 
 
+WOBBLE = np.array([-0.004, 0.0, 0.004])  # what store_runs adds per seed 0, 1, 2
+
+
+def paired_interval(a, b):
+    interval = stats.ttest_rel(a, b).confidence_interval(0.95)
+    return interval.low, interval.high
+
+
+def welch_interval(a, b):
+    interval = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+    return interval.low, interval.high
+
+
+def old_spread_rule(a, b):
+    """The rule lab 8 used before: a's mean above b's by more than the larger sample sd."""
+    return np.mean(a) - np.mean(b) > max(np.std(a, ddof=1), np.std(b, ddof=1))
+
+
+def verdicts(claims):
+    return {name: claim.verdict if isinstance(claim, Comparison) else claim for name, claim in claims.items()}
+
+
 def test_the_papers_shape_and_a_good_backbone_make_every_claim_true(tmp_path):
     store = RunStore(tmp_path)
     store_runs(store, full=0.86, one_off=0.855, lower_off=0.85, upper_off=0.70, all_off=0.52, majority=0.51,
                trained=0.85, control=0.80)
     stored = read(store)
     assert stored.missing_seeds == () and stored.missing() == ""
-    assert stored.claims() == dict.fromkeys(CLAIMS, True)
+    assert verdicts(stored.claims()) == {"one_layer_costs_little": True, "lower_matter_less": "ahead",
+                                         "all_off_near_majority": True, "control_recovers_most": True,
+                                         "adapters_beat_control": "ahead", "all_off_below_control": "ahead"}
     lower, upper = stored.halves()
     assert np.allclose(lower, [0.846, 0.85, 0.854]) and np.allclose(upper, [0.704, 0.70, 0.696])
     assert stored.trained_row().mean == pytest.approx(0.85) and stored.control.mean == pytest.approx(0.80)
@@ -68,18 +102,61 @@ def test_a_short_run_on_a_backbone_that_needs_no_help_makes_the_papers_claims_fa
     store = RunStore(tmp_path)
     store_runs(store, full=0.86, one_off=0.80, lower_off=0.82, upper_off=0.825, all_off=0.77, majority=0.51,
                trained=0.85, control=0.55)
-    assert read(store).claims() == {"one_layer_costs_little": False, "lower_matter_less": False,
-                                        "all_off_near_majority": False, "control_recovers_most": False,
-                                        "adapters_beat_control": True, "all_off_below_control": False}
-
-
-def test_a_difference_within_the_seed_spread_is_no_claim(tmp_path):
-    store = RunStore(tmp_path)
-    # lower and upper half off differ by 0.003, less than their spread (0.004 per seed step: sd 0.004)
-    store_runs(store, full=0.86, one_off=0.855, lower_off=0.803, upper_off=0.80, all_off=0.52, majority=0.51,
-               trained=0.85, control=0.848)
     claims = read(store).claims()
-    assert claims["lower_matter_less"] is False and claims["adapters_beat_control"] is False
+    # lower - upper per seed: -0.013, -0.005, +0.003; the control is 0.22 below every adapter off
+    assert verdicts(claims) == {"one_layer_costs_little": False, "lower_matter_less": "undecided",
+                                "all_off_near_majority": False, "control_recovers_most": False,
+                                "adapters_beat_control": "ahead", "all_off_below_control": "behind"}
+
+
+def test_a_gap_over_the_spread_but_inside_the_interval_is_undecided(tmp_path):
+    """Each gap is larger than both spreads (the old rule's True) and the 95 % interval still holds 0 and gaps
+    over the 1-point margin: the course's rule says undecided."""
+    store = RunStore(tmp_path)
+    store_runs(store, full=0.86, one_off=0.855, lower_off=0.81, upper_off=0.80, all_off=0.834, majority=0.51,
+               trained=0.85, control=0.842)
+    stored = read(store)
+    lower, upper = 0.81 + WOBBLE, 0.80 - WOBBLE
+    trained, control, all_off = 0.85 + WOBBLE, 0.842 - WOBBLE, 0.834 + WOBBLE
+    assert np.allclose(stored.halves(), (lower, upper))
+    claims = stored.claims()
+    for name, (a, b, interval) in {"lower_matter_less": (lower, upper, paired_interval(lower, upper)),
+                                   "adapters_beat_control": (trained, control, welch_interval(trained, control)),
+                                   "all_off_below_control": (control, all_off, welch_interval(control, all_off)),
+                                   }.items():
+        low, high = interval
+        assert old_spread_rule(a, b), name  # the spread rule would have called it a finding
+        assert low < 0 < high and (low < -0.01 or high > 0.01), name  # scipy: neither side ahead, not level
+        assert claims[name].verdict == "undecided", name
+        assert (claims[name].low, claims[name].high) == pytest.approx((low, high)), name
+        assert claims[name].difference == pytest.approx(np.mean(a) - np.mean(b)), name
+
+
+@pytest.mark.filterwarnings("ignore:Precision loss:RuntimeWarning")  # per-seed differences equal up to round-off
+def test_the_halves_are_paired_by_seed_and_the_control_is_not(tmp_path):
+    store = RunStore(tmp_path)
+    # the halves move together with the seed: their per-seed differences are all 0.006, though the gap is
+    # inside Welch's interval; the adapted model and the control move apart, so pairing would widen it
+    store_runs(store, full=0.86, one_off=0.855, lower_off=0.806, upper_off=0.80, all_off=0.52, majority=0.51,
+               trained=0.85, control=0.838, upper_follows=True)
+    claims = read(store).claims()
+    lower, upper = 0.806 + WOBBLE, 0.80 + WOBBLE
+    assert welch_interval(lower, upper)[0] < 0 < paired_interval(lower, upper)[0]
+    assert claims["lower_matter_less"].verdict == "ahead" and claims["lower_matter_less"].paired
+    trained, control = 0.85 + WOBBLE, 0.838 - WOBBLE
+    assert paired_interval(trained, control)[0] < 0 < welch_interval(trained, control)[0]
+    assert claims["adapters_beat_control"].verdict == "ahead" and not claims["adapters_beat_control"].paired
+    assert (claims["adapters_beat_control"].low, claims["adapters_beat_control"].high) == \
+        pytest.approx(welch_interval(trained, control))
+    assert not claims["all_off_below_control"].paired
+
+
+def test_halves_that_score_the_same_in_every_seed_are_level(tmp_path):
+    store = RunStore(tmp_path)
+    store_runs(store, full=0.86, one_off=0.855, lower_off=0.80, upper_off=0.80, all_off=0.52, majority=0.51,
+               trained=0.85, control=0.80, upper_follows=True)
+    claim = read(store).claims()["lower_matter_less"]
+    assert claim.verdict == "level" and abs(claim.difference) < 1e-9
 
 
 def test_missing_runs_give_no_claims_and_the_commands_that_make_them(tmp_path):
@@ -98,17 +175,32 @@ def test_missing_runs_give_no_claims_and_the_commands_that_make_them(tmp_path):
     assert stored.missing_seeds == (2,) and stored.summary.seeds == [0, 1]
     assert "seeds 0, 1, 2: seed 2 not stored" in stored.missing() and "control: " in stored.missing()
     assert stored.claims()["all_off_near_majority"] is True  # two seeds are enough for a spread
+    assert stored.claims()["lower_matter_less"].n_a == 2
 
 
-def test_the_claim_lines_print_each_claim_with_its_boolean_or_not_stored(tmp_path):
+def test_the_claim_lines_print_each_claim_with_its_boolean_verdict_or_not_stored(tmp_path):
     store = RunStore(tmp_path)
     store_runs(store, full=0.86, one_off=0.80, lower_off=0.82, upper_off=0.825, all_off=0.77, majority=0.51,
                trained=0.85, control=0.55)
-    lines = read(store).claim_lines(["one_layer_costs_little", "adapters_beat_control"]).splitlines()
-    assert lines == ["any one layer's adapters off costs under 2 points: False",
-                     "the adapted model beats the control, beyond the spread: True"]
+    lines = read(store).claim_lines(["one_layer_costs_little", "adapters_beat_control",
+                                     "lower_matter_less"]).splitlines()
+    assert lines[:3] == ["any one layer's adapters off costs under 2 points: False",
+                         "the adapted model scores above the control:",
+                         ("    the adapted model ahead of the control: difference +30.0 points, "
+                          "95 % interval +29.1 to +30.9; 3 and 3 seeds")]
+    low, high = (100 * x for x in welch_interval(0.85 + WOBBLE, 0.55 - WOBBLE))
+    assert f"{low:+.1f} to {high:+.1f}" == "+29.1 to +30.9"
+    low, high = (100 * x for x in paired_interval(0.82 + WOBBLE, 0.825 - WOBBLE))
+    assert lines[3] == "the lower half off scores above the upper half off (the same models, paired by seed):"
+    assert lines[4].startswith("    lower half off vs upper half off undecided")
+    assert lines[4].endswith(f"difference -0.5 points, 95 % interval {low:+.1f} to {high:+.1f}; 3 paired seeds")
+    assert len(lines) == 5
     missing = read(RunStore(tmp_path / "empty")).claim_lines(["lower_matter_less"])
-    assert missing == "the lower half off costs less than the upper half off, beyond the spread: not stored"
+    assert missing == "the lower half off scores above the upper half off (the same models, paired by seed): not stored"
+
+
+def test_no_claim_says_beyond_the_spread():
+    assert not [text for text in CLAIMS.values() if "spread" in text]
 
 
 def test_ablations_stored_without_the_control_still_compare_with_the_paper(tmp_path):
@@ -120,7 +212,8 @@ def test_ablations_stored_without_the_control_still_compare_with_the_paper(tmp_p
             path.unlink()
     stored = read(store)
     claims = stored.claims()
-    assert claims["lower_matter_less"] is True and claims["all_off_below_control"] is None
+    assert claims["lower_matter_less"].verdict == "ahead" and claims["all_off_below_control"] is None
+    assert claims["adapters_beat_control"] is None and claims["control_recovers_most"] is None
     assert "control, no adapters, the LayerNorms, head and pooler trained: not stored" in stored.beside_the_paper()
     assert "python -m adapterlab sweep --task sst2 --method layernorm" in stored.missing()
 

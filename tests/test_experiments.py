@@ -140,22 +140,6 @@ def row(values):
                    std=statistics.stdev(values) if len(values) > 1 else math.nan)
 
 
-def test_within_and_below_compare_the_gap_with_the_larger_spread():
-    a, b = row([0.80, 0.82, 0.84]), row([0.81, 0.83, 0.86])  # spreads 0.02 and 0.025, means 0.82 and 0.8333
-    assert experiments.within_spread(a, b) and experiments.within_spread(b, a)
-    assert not experiments.below_by(a, b)
-    low = row([0.70, 0.71, 0.72])  # 0.11 below b: more than 4 spreads (0.025)
-    assert experiments.below_by(low, b) and experiments.below_by(low, b, k=4) and not experiments.below_by(low, b, k=5)
-    assert not experiments.below_by(b, low) and not experiments.within_spread(low, b)
-    assert experiments.all_within_spread([a, b]) and not experiments.all_within_spread([a, b, low])
-
-
-def test_no_claim_without_two_values_per_row():
-    single, three = row([0.5]), row([0.4, 0.5, 0.6])
-    assert not experiments.within_spread(single, three) and not experiments.below_by(single, three)
-    assert not experiments.below_by(row([]), three) and not experiments.all_within_spread([three])
-
-
 def test_the_paper_values_name_their_source():
     assert experiments.PAPER["cola_full"].value == 60.5 and "Table 1" in experiments.PAPER["cola_full"].source
     assert all(value.source.startswith("paper") for value in experiments.PAPER.values())
@@ -193,13 +177,6 @@ def test_a_row_describes_itself_in_one_line():
     assert dataclasses.replace(row([0.1, 0.3]), diverged=1).describe().endswith("(2 seeds), 1 diverged")
 
 
-def test_the_largest_spread_ignores_rows_without_one():
-    rows = [row([0.1, 0.3]), row([0.5]), row([0.2, 0.2, 0.5])]
-    assert experiments.largest_spread(rows) == pytest.approx(max(statistics.stdev([0.1, 0.3]),
-                                                                 statistics.stdev([0.2, 0.2, 0.5])))
-    assert math.isnan(experiments.largest_spread([row([0.5])]))
-
-
 class Profile:
     """The two fields of a run profile that decide which backbone's runs a lab reads."""
 
@@ -207,6 +184,7 @@ class Profile:
 
 
 FP32 = dataclasses.replace(BASE, precision="fp32")
+
 
 
 def store_full_data_run(store, config, backbone, value):

@@ -9,7 +9,9 @@ parts, with no adapters ever (method "layernorm" at the same settings, stored by
 the backbone is worth when everything but the adapters may fit it. Together they separate "the backbone with
 its LayerNorms and head is already good" from "the adapters carry the task".
 
-Every claim is a boolean computed from the stored numbers (:meth:`StoredAblations.claims`); a claim that
+Every claim is computed from the stored numbers (:meth:`StoredAblations.claims`): a claim that one set of
+seeds scores above another is decided by the course's one rule (:func:`adapterlab.runs.compare.compare`:
+ahead, level or undecided from the 95 % interval of the difference), the others are booleans; a claim that
 cannot be computed because runs are missing is None, and :meth:`StoredAblations.missing` names the
 commands that make them. Nothing here trains.
 """
@@ -27,6 +29,7 @@ from .ablation_runs import (
     stored_ablations,
     summarize_ablations,
 )
+from .compare import MARGINS, Comparison, compare
 from .reference import (
     REFERENCE_BACKBONE,
     REFERENCE_CONFIG,
@@ -51,12 +54,16 @@ CONTROL_WHAT = "no adapters, the LayerNorms, head and pooler trained"
 #: What each claim of :meth:`StoredAblations.claims` says, as lab 8 prints it.
 CLAIMS = {
     "one_layer_costs_little": "any one layer's adapters off costs under 2 points",
-    "lower_matter_less": "the lower half off costs less than the upper half off, beyond the spread",
+    "lower_matter_less": "the lower half off scores above the upper half off (the same models, paired by seed)",
     "all_off_near_majority": "every adapter off lands within 5 points of the majority class",
     "control_recovers_most": "the control (no adapters, the rest trained) recovers over half the adapters' gain",
-    "adapters_beat_control": "the adapted model beats the control, beyond the spread",
-    "all_off_below_control": "every adapter off scores below the control, beyond the spread",
+    "adapters_beat_control": "the adapted model scores above the control",
+    "all_off_below_control": "the control scores above every adapter off",
 }
+#: The claims that compare two sets of seeds: :meth:`StoredAblations.claims` gives each as a
+#: :class:`~adapterlab.runs.compare.Comparison` whose side ``a`` is the side the claim says scores higher, so the
+#: claim holds exactly when the verdict is "ahead".
+COMPARISONS = ("lower_matter_less", "adapters_beat_control", "all_off_below_control")
 #: The shape of the paper's Figure 6 (left and centre), as summarised in the course's paper notes.
 PAPER_SHAPE = {
     "one_layer": PaperValue("adapters of any one layer off", "at most a 2-point drop (MNLI), less on CoLA",
@@ -107,39 +114,61 @@ class StoredAblations:
 
     # -- the claims --------------------------------------------------------------------------------
 
-    def claims(self) -> dict[str, bool | None]:
-        """Each claim lab 8 states, as a boolean from the stored numbers (None: not enough runs stored).
+    def claims(self) -> dict[str, Comparison | bool | None]:
+        """Each claim lab 8 states, from the stored numbers (None: not enough runs stored).
 
-        * ``one_layer_costs_little``: no single layer's adapters off costs SINGLE_LAYER_COST or more on the mean;
-        * ``lower_matter_less``: the lower half off scores above the upper half off by more than the larger
-          of their spreads over seeds (the paper's shape);
-        * ``all_off_near_majority``: every adapter off lands within NEAR_MAJORITY of the majority class;
-        * ``control_recovers_most``: the control recovers more than half of what the adapters gain over the
-          majority class;
-        * ``adapters_beat_control``: the adapted model scores above the control by more than the spread;
-        * ``all_off_below_control``: every adapter off scores below the control by more than the spread: the
-          trained LayerNorms and head rely on adapted features.
+        The claims that one set of seeds scores above another are decided by the course's rule
+        (:func:`~adapterlab.runs.compare.compare`, the metric's level margin) and given as the
+        :class:`~adapterlab.runs.compare.Comparison`, the side claimed higher first: the claim holds when its
+        verdict is "ahead"; "undecided" means three seeds cannot say, "level" or "behind" that it does not hold.
+
+        * ``lower_matter_less``: the lower half off against the upper half off, **paired**: both are the same
+          trained model of each seed, scored on the same dev rows, switched off two ways, so the interval is of
+          the seeds' own differences (the paper's shape: the lower layers matter less);
+        * ``adapters_beat_control``: the adapted model against the control, **unpaired** (Welch);
+        * ``all_off_below_control``: the control against every adapter off, **unpaired** (Welch): the trained
+          LayerNorms and head rely on adapted features.
+
+        The control is a separate training run. It shares its seed, and so its data order, with the adapted
+        run, but nothing makes the two runs' errors move together (different parameters train, from different
+        starting points), and "all off" is scored on the seed's 300 ablation rows while the control is scored
+        on every dev row; the control's seeds need not even be the stored ablations' seeds. Pairing them would
+        claim a shared noise that nothing guarantees, so those two comparisons use Welch's interval, which
+        assumes no pairing.
+
+        The other three are booleans, not tests between sets of seeds, and say so in their words:
+
+        * ``one_layer_costs_little``: no single layer's adapters off costs SINGLE_LAYER_COST or more on the
+          mean over seeds; it places the mean drop against the size the paper reports (at most 2 points), and
+          says nothing about whether a drop that small is real;
+        * ``all_off_near_majority``: the mean over seeds of every adapter off lands within NEAR_MAJORITY of
+          the majority class: where the mean lands against the paper's description, a tolerance and not a
+          verdict (the course's rule would need a margin the paper does not give);
+        * ``control_recovers_most``: the control's mean recovers more than half of what the adapted model's
+          mean gains over the majority class: a ratio of means that describes the runs, not a test.
         """
         names = tuple(CLAIMS)
         if self.summary is None:
             return dict.fromkeys(names)
         s = self.summary
+        margin = MARGINS.get(s.metric, MARGINS["accuracy"])
         lower, upper = self.halves()
         majority = float(s.majority.mean())
         out = {
             "one_layer_costs_little": bool(self.single_layer_cost().max() < SINGLE_LAYER_COST),
-            "lower_matter_less": bool(lower.mean() - upper.mean() > max(lower.std(ddof=1), upper.std(ddof=1))),
+            "lower_matter_less": compare(lower, upper, margin, names=("lower half off", "upper half off"),
+                                         paired=True),
             "all_off_near_majority": bool(abs(s.all_removed.mean() - majority) < NEAR_MAJORITY),
         }
         control = self.control
         if control.n < 2:
             return out | dict.fromkeys(names[3:])
         trained = self.trained_row()
-        all_off = s.all_removed
         return out | {
             "control_recovers_most": bool(control.mean - majority > 0.5 * (trained.mean - majority)),
-            "adapters_beat_control": bool(trained.mean - control.mean > max(trained.std, control.std)),
-            "all_off_below_control": bool(control.mean - all_off.mean() > max(all_off.std(ddof=1), control.std)),
+            "adapters_beat_control": compare(trained, control, margin, names=("the adapted model", "the control")),
+            "all_off_below_control": compare(control, s.all_removed, margin,
+                                             names=("the control", "every adapter off")),
         }
 
     # -- what a lab prints -------------------------------------------------------------------------
@@ -175,10 +204,19 @@ class StoredAblations:
         return "\n".join(lines)
 
     def claim_lines(self, names) -> str:
-        """One line per named claim: what it says and True, False or "not stored" (lab 8's checked cells)."""
+        """Per named claim, what it says and then: True or False, the course's verdict on the next line (the
+        claim holds when it reads "ahead"), or "not stored" (lab 8's checked cells)."""
         claims = self.claims()
-        return "\n".join(f"{CLAIMS[name]}: {'not stored' if claims[name] is None else claims[name]}"
-                         for name in names)
+        lines = []
+        for name in names:
+            claim = claims[name]
+            if claim is None:
+                lines.append(f"{CLAIMS[name]}: not stored")
+            elif isinstance(claim, Comparison):
+                lines += [f"{CLAIMS[name]}:", f"    {claim.describe()}"]
+            else:
+                lines.append(f"{CLAIMS[name]}: {claim}")
+        return "\n".join(lines)
 
     def missing(self) -> str:
         """What is not stored, with the commands that make it; empty when everything is."""

@@ -3,8 +3,8 @@
 A lab's conclusion needs more than one run: two settings whose single runs differ may not differ at all
 once the seed changes the batches and the initial weights. Labs 6–9 therefore draw their figures from
 stored runs (:mod:`adapterlab.runstore`) made with one set of *reference settings*
-(:data:`REFERENCE_CONFIG`) and the seeds :data:`SEEDS`, and state a conclusion only with a boolean
-computed from those runs (:func:`within_spread`, :func:`below_by`).
+(:data:`REFERENCE_CONFIG`) and the seeds :data:`SEEDS`, and state a conclusion only with a verdict
+computed from those runs by the course's rule (:func:`adapterlab.runs.compare.compare`).
 
 Nothing here trains. A run that is not stored is named, with the ``python -m adapterlab sweep`` command
 that makes it (:func:`missing_report`), and the row is drawn from the seeds that are stored.
@@ -222,39 +222,6 @@ def missing_report(task: str, rows: list[SeedRow], backbone: str = REFERENCE_BAC
 # --------------------------------------------------------------------------------------------------
 # The booleans a conclusion needs
 # --------------------------------------------------------------------------------------------------
-
-
-def _spread(a: SeedRow, b: SeedRow) -> float:
-    """The larger of the two sample standard deviations: NaN when either row has fewer than 2 values."""
-    if a.n < 2 or b.n < 2:
-        return math.nan
-    return max(a.std, b.std)
-
-
-def within_spread(a: SeedRow, b: SeedRow, k: float = 1.0) -> bool:
-    """Whether the two means lie within ``k`` spreads (the larger sample std) of each other: the seeds
-    cannot tell them apart. False when either row has fewer than two runs with a metric (no claim)."""
-    spread = _spread(a, b)
-    return not math.isnan(spread) and abs(a.mean - b.mean) <= k * spread
-
-
-def below_by(a: SeedRow, b: SeedRow, k: float = 1.0) -> bool:
-    """Whether ``a``'s mean lies below ``b``'s by more than ``k`` spreads (the larger sample std): a drop
-    the seeds do not explain. False when either row has fewer than two runs with a metric (no claim)."""
-    spread = _spread(a, b)
-    return not math.isnan(spread) and a.mean < b.mean - k * spread
-
-
-def largest_spread(rows: list[SeedRow]) -> float:
-    """The largest sample std among rows with two or more values (NaN when there is none): the scale a
-    difference between two settings must clearly exceed before the seeds cannot explain it."""
-    spreads = [row.std for row in rows if row.n > 1]
-    return max(spreads) if spreads else math.nan
-
-
-def all_within_spread(rows: list[SeedRow], k: float = 1.0) -> bool:
-    """Whether every pair of ``rows`` is :func:`within_spread` (a flat stretch of a curve)."""
-    return len(rows) > 1 and all(within_spread(a, b, k) for i, a in enumerate(rows) for b in rows[i + 1:])
 
 
 # --------------------------------------------------------------------------------------------------
