@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
+from scipy import stats
 
 from adapterlab.runs import tradeoff, tuning
 from adapterlab.runs.compare import compare
@@ -382,3 +383,27 @@ def test_the_knee_is_the_first_size_the_seeds_do_not_place_behind_the_best(means
     verdicts = [compare(r["seed_row"], best).verdict for r in rows]
     assert verdicts[:2] == (["behind", "behind"] if expected else ["undecided", "behind"])
     assert line.startswith("the knee of r: " + (expected or "undecided"))
+
+
+def test_the_budget_table_reads_each_method_long_against_standard_and_the_pair_at_each_budget():
+    def seeds(label, values):
+        return _row(label, values)["seed_row"]
+
+    standard = {"Houlsby r=64": [0.85, 0.86, 0.87], "full fine-tuning": [0.86, 0.87, 0.88]}
+    long = {"Houlsby r=64": [0.88, 0.885, 0.89], "full fine-tuning": [0.875, 0.88, 0.885]}
+    rows = [{"label": label, "rate": 1e-3, "standard": seeds(label, standard[label]), "long": seeds(label, long[label]),
+             "steps": {"standard": 625, "long": 1755}, "curve": []} for label in tuning.BUDGET_POINTS]
+    text = tuning.budget_table(rows, "sst2")
+    lines = text.splitlines()
+    assert lines[1].split() == ["Houlsby", "r=64", "86.0", "±", "1.0", "(625", "steps)", "88.5", "±", "0.5", "(1755",
+                                "steps)"]
+    # long against standard, Houlsby: Welch's interval straight from scipy lies above 0
+    interval = stats.ttest_ind(long["Houlsby r=64"], standard["Houlsby r=64"], equal_var=False).confidence_interval()
+    assert interval.low > 0
+    assert f"Houlsby r=64, long against standard: long ahead of standard: difference +2.5 points, 95 % interval " \
+           f"{100 * interval.low:+.1f} to {100 * interval.high:+.1f}" in text
+    # the pair at the long budget: 0.5 points apart with spreads of 0.5: the interval holds 0 and gaps over a point
+    pair = stats.ttest_ind(long["full fine-tuning"], long["Houlsby r=64"], equal_var=False).confidence_interval()
+    assert pair.low < 0 < pair.high and max(-pair.low, pair.high) > 0.01
+    assert "at the long budget: full fine-tuning vs Houlsby r=64 undecided" in text
+    assert max(len(line) for line in lines[:len(rows) + 1]) <= 70  # the table itself fits a slide's width
