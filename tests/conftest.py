@@ -83,3 +83,11 @@ def fp32_and_own_probe_cache(tmp_path_factory, monkeypatch):
     and precision probes are cached in a fresh folder, never in the user's cache."""
     monkeypatch.setenv("ADAPTERLAB_PRECISION", "fp32")
     monkeypatch.setenv("ADAPTERLAB_CACHE", str(tmp_path_factory.mktemp("cache")))
+
+
+@pytest.fixture
+def toy_data_only(monkeypatch):
+    """The project's toy sets only: no GLUE folder from the environment, no hub probe. A module that trains
+    or loads data asks for it with ``pytestmark = pytest.mark.usefixtures("toy_data_only")``."""
+    monkeypatch.delenv("ADAPTERLAB_DATA", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")

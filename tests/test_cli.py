@@ -26,11 +26,7 @@ FAST = ["--backbone", TINY, "--bottleneck", "8", "--batch-size", "16", "--max-tr
         "--no-progress"]
 
 
-@pytest.fixture(autouse=True)
-def toy_data_only(monkeypatch):
-    """The project's toy sets: no GLUE folder from the environment, no hub probe."""
-    monkeypatch.delenv("ADAPTERLAB_DATA", raising=False)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+pytestmark = pytest.mark.usefixtures("toy_data_only")
 
 
 def train(out, *extra) -> int:

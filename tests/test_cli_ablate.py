@@ -14,11 +14,7 @@ FAST = ["--backbone", TINY, "--bottleneck", "4", "--steps", "2", "--batch-size",
         "--max-eval", "16", "--eval-rows", "16", "--no-progress"]
 
 
-@pytest.fixture(autouse=True)
-def toy_data_only(monkeypatch):
-    """The project's toy sets: no GLUE folder from the environment, no hub probe."""
-    monkeypatch.delenv("ADAPTERLAB_DATA", raising=False)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+pytestmark = pytest.mark.usefixtures("toy_data_only")
 
 
 def ablations_in(folder) -> list[dict]:

@@ -28,9 +28,7 @@ TOY = dict(backbone=TINY, fallback=False, max_train=48, max_eval=32)
 BASE = TrainConfig(bottleneck=4, batch_size=16, max_steps=2, progress=False)
 
 
-@pytest.fixture(autouse=True)
-def toy_data_only(monkeypatch):
-    monkeypatch.delenv("ADAPTERLAB_DATA", raising=False)
+pytestmark = pytest.mark.usefixtures("toy_data_only")
 
 
 def store_run(store, config, best_metric, status="complete"):

@@ -63,10 +63,7 @@ DENSE = ("attention.self.query", "attention.self.key", "attention.self.value", "
          "intermediate.dense", "output.dense")
 
 
-@pytest.fixture(autouse=True)
-def toy_data_only(monkeypatch):
-    monkeypatch.delenv("ADAPTERLAB_DATA", raising=False)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+pytestmark = pytest.mark.usefixtures("toy_data_only")
 
 
 def trainable_names(model) -> set[str]:

@@ -16,10 +16,7 @@ from adapterlab.runstore import RunStore
 FAST = ["--backbone", TINY, "--batch-size", "16", "--max-train", "64", "--max-eval", "32", "--no-progress"]
 
 
-@pytest.fixture(autouse=True)
-def toy_data_only(monkeypatch):
-    monkeypatch.delenv("ADAPTERLAB_DATA", raising=False)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+pytestmark = pytest.mark.usefixtures("toy_data_only")
 
 
 @pytest.mark.parametrize("method, options", [

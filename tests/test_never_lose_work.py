@@ -81,10 +81,7 @@ sys.exit(main(sys.argv[1:]))
 '''
 
 
-@pytest.fixture(autouse=True)
-def toy_data_only(monkeypatch):
-    monkeypatch.delenv("ADAPTERLAB_DATA", raising=False)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+pytestmark = pytest.mark.usefixtures("toy_data_only")
 
 
 @pytest.fixture

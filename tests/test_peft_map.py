@@ -16,10 +16,7 @@ from adapterlab.experiments import SeedRow
 from adapterlab.training import TrainConfig
 
 
-@pytest.fixture(autouse=True)
-def toy_data_only(monkeypatch):
-    monkeypatch.delenv("ADAPTERLAB_DATA", raising=False)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+pytestmark = pytest.mark.usefixtures("toy_data_only")
 
 
 @pytest.fixture(scope="module")

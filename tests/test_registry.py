@@ -29,10 +29,7 @@ from adapterlab.training.backbones import TINY, load_backbone
 FAST = ["--backbone", TINY, "--batch-size", "16", "--max-train", "64", "--max-eval", "32", "--no-progress", "--steps", "3"]
 
 
-@pytest.fixture(autouse=True)
-def toy_data_only(monkeypatch):
-    monkeypatch.delenv("ADAPTERLAB_DATA", raising=False)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+pytestmark = pytest.mark.usefixtures("toy_data_only")
 
 
 def test_a_key_holds_only_the_settings_its_method_reads():

@@ -34,11 +34,7 @@ from adapterlab.training.data import TOY_DIR, load_split, tokenize
 from adapterlab.training.evaluation import eval_batches, evaluate
 
 
-@pytest.fixture(autouse=True)
-def toy_data_only(monkeypatch):
-    """The project's toy sets: no GLUE folder from the environment, no hub probe."""
-    monkeypatch.delenv("ADAPTERLAB_DATA", raising=False)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+pytestmark = pytest.mark.usefixtures("toy_data_only")
 
 
 def tiny_run(folder, task: str, seed: int, *extra) -> dict:

@@ -34,11 +34,7 @@ from adapterlab.training import (
 )
 
 
-@pytest.fixture(autouse=True)
-def toy_data_only(monkeypatch):
-    """Use the project's toy sets: no GLUE folder from the environment, no hub probe."""
-    monkeypatch.delenv("ADAPTERLAB_DATA", raising=False)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+pytestmark = pytest.mark.usefixtures("toy_data_only")
 
 
 def tiny(method="houlsby", seed=0, **kwargs):

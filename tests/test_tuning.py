@@ -20,10 +20,7 @@ from adapterlab.training.data import Split, carve_validation, get_task, load_spl
 from adapterlab.training.experiment import load_splits
 
 
-@pytest.fixture(autouse=True)
-def toy_data_only(monkeypatch):
-    monkeypatch.delenv("ADAPTERLAB_DATA", raising=False)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+pytestmark = pytest.mark.usefixtures("toy_data_only")
 
 
 def fake_lookup(score_of, best_metric=lambda config: 0.5):
