@@ -29,7 +29,7 @@ from .ablation_runs import (
     stored_ablations,
     summarize_ablations,
 )
-from .compare import MARGINS, Comparison, compare
+from .compare import Comparison, compare, margin_of
 from .reference import (
     REFERENCE_BACKBONE,
     REFERENCE_CONFIG,
@@ -151,7 +151,7 @@ class StoredAblations:
         if self.summary is None:
             return dict.fromkeys(names)
         s = self.summary
-        margin = MARGINS.get(s.metric, MARGINS["accuracy"])
+        margin = margin_of(s.metric)
         lower, upper = self.halves()
         majority = float(s.majority.mean())
         out = {

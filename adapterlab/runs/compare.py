@@ -84,10 +84,15 @@ def _label(side, default: str) -> str:
     return default if label is None else str(label)
 
 
+def margin_of(metric: str | None) -> float:
+    """The level margin of a metric by name; 1 point of accuracy for a metric without one of its own."""
+    return MARGINS.get(metric, MARGINS["accuracy"])
+
+
 def margin_for(*sides) -> float:
     """The level margin of the sides' metric (a SeedRow knows its metric); 1 point of accuracy otherwise."""
     metrics = {getattr(side, "metric", None) for side in sides} - {None}
-    return MARGINS.get(metrics.pop() if len(metrics) == 1 else "accuracy", MARGINS["accuracy"])
+    return margin_of(metrics.pop() if len(metrics) == 1 else None)
 
 
 def compare(a, b, margin: float | None = None, *, names: tuple[str, str] | None = None,

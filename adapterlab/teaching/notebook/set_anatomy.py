@@ -163,14 +163,14 @@ def linear_against_trained(anatomies, task: str):
     """Lab 11's decisive comparison on ``task``: per seed, the dev score as trained and with every adapter
     linearised and folded away (a few lines), and the course's verdict between the two, paired by seed (the
     same trained model on both sides), at the metric's margin."""
-    from ...runs.compare import MARGINS, compare
+    from ...runs.compare import compare, margin_of
 
     trained, linear = per_seed(anatomies, task, "dev_trained"), per_seed(anatomies, task, "dev_linear")
     metric = next(a.metric for a in anatomies if a.task == task)
-    rows = "\n".join([f"{TASK_NAMES[task]} dev {METRIC_NAMES[metric]}, seeds "
-                      f"{', '.join(str(a.seed) for a in sorted(anatomies, key=lambda a: a.seed) if a.task == task)}:",
+    seeds = ", ".join(str(a.seed) for a in sorted(anatomies, key=lambda a: a.seed) if a.task == task)
+    rows = "\n".join([f"{TASK_NAMES[task]} dev {METRIC_NAMES[metric]}, seeds {seeds}:",
                       "  adapters as trained:   " + " ".join(f"{v:.3f}" for v in trained),
                       "  linearised and folded: " + " ".join(f"{v:.3f}" for v in linear)])
-    verdict = compare(linear, trained, MARGINS[metric], names=("linearised and folded", "the trained adapters"),
+    verdict = compare(linear, trained, margin_of(metric), names=("linearised and folded", "the trained adapters"),
                       paired=True)
     return rows, verdict
