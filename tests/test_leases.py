@@ -171,10 +171,8 @@ def test_concurrent_shards_never_train_one_run_twice(tmp_path):
 
 
 @pytest.fixture
-def small_protocol(monkeypatch, tmp_path):
+def small_protocol(monkeypatch, tmp_path, toy_data_only):
     """One point (the head alone) on the toy data, a few steps per run, and an empty store."""
-    monkeypatch.delenv("ADAPTERLAB_DATA", raising=False)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setitem(PROTOCOLS, "sst2", Protocol("sst2", validation_rows=40, max_train=64, epochs=1.0, eval_every=2))
     return (Point("head only", "head"),), RunStore(tmp_path / "store")
 

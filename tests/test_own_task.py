@@ -18,10 +18,7 @@ ROWS = [("a warm and funny film", "pos"), ("dull, slow and far too long", "neg")
         ("a waste of a good cast", "neg"), ("the best thing this year", "pos"), ("nothing works here", "neg")] * 4
 
 
-@pytest.fixture(autouse=True)
-def offline(monkeypatch):
-    monkeypatch.delenv("ADAPTERLAB_DATA", raising=False)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+pytestmark = pytest.mark.usefixtures("toy_data_only")
 
 
 def _write_csv(path, rows, header=("text", "sentiment")):
