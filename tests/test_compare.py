@@ -1,6 +1,6 @@
 """The course's comparison rule, checked against computations of its own: Welch's interval by hand, a simulation
 of how often it calls a gap real when there is none (n = 3 and n = 5), how often its interval holds the true
-difference, and the seeds it says would settle an undecided comparison."""
+difference, the seeds it says would find a gap, pairing by seed and Holm's procedure over a family."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from adapterlab.runs.compare import MARGINS, compare
+from adapterlab.runs.compare import MARGINS, compare, family, holm
 from adapterlab.runs.reference import SeedRow
 
 SIMULATIONS = 3000
@@ -68,13 +68,75 @@ def _exactly(mean, std, n):
     return mean + std * z
 
 
-def test_the_seeds_that_would_settle_an_undecided_comparison_do_settle_it():
-    a, b = _exactly(0.86, 0.01, 3), _exactly(0.85, 0.01, 3)
+def test_the_seeds_it_names_find_a_true_gap_of_one_margin_eight_times_in_ten():
+    """The power line is checked by simulation: at the seeds it names (and the spreads it saw, taken as true), a true
+    gap of one margin is found ahead about 80 % of the time, and one seed fewer finds it less often than 80 %."""
+    a, b = _exactly(0.855, 0.01, 3), _exactly(0.85, 0.01, 3)
     verdict = compare(a, b)
-    assert verdict.verdict == "undecided" and verdict.seeds_to_settle is not None
-    n = verdict.seeds_to_settle
-    assert compare(_exactly(0.86, 0.01, n), _exactly(0.85, 0.01, n)).verdict == "ahead"
-    assert compare(_exactly(0.86, 0.01, n - 1), _exactly(0.85, 0.01, n - 1)).verdict == "undecided"
+    assert verdict.verdict == "undecided" and verdict.seeds_for_power is not None
+    n, rng = verdict.seeds_for_power, np.random.default_rng(11)
+
+    def found(seeds):
+        return np.mean([compare(rng.normal(0.86, 0.01, seeds), rng.normal(0.85, 0.01, seeds)).verdict == "ahead"
+                        for _ in range(1500)])
+
+    error = 3 * math.sqrt(0.8 * 0.2 / 1500)
+    assert found(n) >= 0.8 - error and found(n - 1) < 0.8 + error
+    assert f"{n} seeds each would find a true gap of 1.0 points 8 times in 10" in verdict.describe()
+
+
+def test_rows_of_the_same_seeds_are_paired_and_others_are_not():
+    """Two rows of the same complete seeds are read seed by seed (the one-sample interval of their differences, by
+    hand here); other seeds, a missing seed, or paired=False give Welch's interval."""
+    row = lambda values, seeds: SeedRow("r", None, "accuracy", tuple(values), tuple(seeds), (), 0,  # noqa: E731
+                                        float(np.mean(values)), float(np.std(values, ddof=1)))
+    x, y = [0.850, 0.862, 0.871, 0.858, 0.866], [0.845, 0.860, 0.862, 0.851, 0.860]
+    paired = compare(row(x, range(5)), row(y, range(5)))
+    d = np.subtract(x, y)
+    half = stats.t.ppf(0.975, 4) * d.std(ddof=1) / math.sqrt(5)
+    assert paired.paired and (paired.low, paired.high) == pytest.approx((d.mean() - half, d.mean() + half))
+    assert paired.verdict == "ahead" and "5 paired seeds" in paired.describe()
+    for unpaired in (compare(row(x, range(5)), row(y, range(1, 6))), compare(row(x, range(5)), row(y, range(5)),
+                                                                               paired=False)):
+        assert not unpaired.paired and (unpaired.low, unpaired.high) == pytest.approx(_welch_by_hand(x, y))
+    assert not compare(row(x, range(5)), row(y[:4], range(4))).paired
+
+
+def test_a_behind_verdict_names_the_seeds_the_way_round_it_is_said():
+    verdict = compare([0.80, 0.81, 0.80], [0.85, 0.861, 0.869, 0.87], names=("three", "four"))
+    assert verdict.verdict == "behind" and "four ahead of three" in verdict.describe()
+    assert verdict.describe().endswith("4 and 3 seeds")
+
+
+def test_holm_adjusts_as_statsmodels_does():
+    from statsmodels.stats.multitest import multipletests
+
+    rng = np.random.default_rng(5)
+    for m in (1, 2, 7, 31):
+        p = rng.uniform(0, 0.2, m) ** 2
+        p[rng.integers(m)] = p.min()  # a tie
+        assert holm(p) == pytest.approx(multipletests(p, method="holm")[1], abs=1e-15)
+    assert holm([0.01, math.nan]).tolist() == [0.02, 1.0]
+
+
+def test_a_family_is_decided_by_holms_procedure():
+    """Holm by hand: the k-th smallest p-value is compared with alpha / (m - k + 1), stopping at the first that
+    fails. A verdict that stands alone can fall in its family, and the line says so."""
+    rng = np.random.default_rng(3)
+    comparisons = [compare(rng.normal(0.86 + gap, 0.01, 5), rng.normal(0.86, 0.01, 5))
+                   for gap in (0.0, 0.0, 0.004, 0.012, 0.03, 0.0, 0.015, 0.0)]
+    decided = family(comparisons)
+    order, stands, alive = np.argsort([c.p_value for c in comparisons]), set(), True
+    for k, i in enumerate(order):
+        alive = alive and comparisons[i].p_value < 0.05 / (len(comparisons) - k)
+        if alive:
+            stands.add(int(i))
+    assert {i for i, c in enumerate(decided) if c.verdict in ("ahead", "behind")} == stands
+    assert all(c.family_size == len(comparisons) for c in decided)
+    fallen = [c for c, alone in zip(decided, comparisons) if alone.decided and not c.decided]
+    assert all("undecided in its family" in c.describe() for c in fallen)
+    keyed = family({"a": comparisons[4], "b": None})
+    assert keyed["b"] is None and keyed["a"].family_size == 1 and keyed["a"].verdict == comparisons[4].verdict
 
 
 def test_a_fixed_value_is_compared_by_the_one_sample_interval():
@@ -92,7 +154,7 @@ def test_the_margin_follows_the_metric_and_the_line_says_what_was_measured():
     verdict = compare(row("Houlsby", [0.20, 0.22, 0.24], "matthews"), row("LoRA", [0.21, 0.23, 0.22], "matthews"))
     assert verdict.margin == MARGINS["matthews"] and verdict.a == "Houlsby" and verdict.b == "LoRA"
     line = verdict.describe()
-    assert line.startswith("Houlsby vs LoRA undecided") and "95 % interval" in line and "3 and 3 seeds" in line
+    assert line.startswith("Houlsby vs LoRA undecided") and "95 % interval" in line and "3 paired seeds" in line
     ahead = compare(row("full", [0.88, 0.881, 0.882], "accuracy"), row("Houlsby", [0.84, 0.85, 0.86], "accuracy"))
     assert ahead.describe().startswith("full ahead of Houlsby: difference +3.1 points")
     behind = compare(row("Houlsby", [0.84, 0.85, 0.86], "accuracy"), row("full", [0.88, 0.881, 0.882], "accuracy"))
