@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 
 from adapterlab.runs import tradeoff, tuning
-from adapterlab.runs.compare import compare
+from adapterlab.runs.compare import compare, holm
 from adapterlab.runs.reference import SeedRow
 from adapterlab.runs.store import RunStore
 from adapterlab.runs.tuning import POINTS, PROTOCOLS, Point, Protocol, owner, plan, select, tuned_rows
@@ -111,7 +111,7 @@ def test_the_validation_noise_is_the_standard_error_of_one_score():
 ])
 def test_a_near_tie_at_seed_0_is_decided_on_the_mean_of_two_seeds(second, chosen):
     point = Point("BitFit", "bitfit")
-    first = {1e-3: 0.85, 3e-3: 0.86, 1e-2: 0.70}        # 0.01 apart: within 2 standard errors (0.022)
+    first = {3e-4: 0.70, 1e-3: 0.85, 3e-3: 0.86, 1e-2: 0.70}  # 0.01 apart: within 2 standard errors (0.022)
     stored = {}
     lookup = lambda c: stored.get((c.learning_rate, c.seed)) or (  # noqa: E731
         fake_lookup(lambda c: first[c.learning_rate])(c) if c.seed == 0 else None)
@@ -120,7 +120,8 @@ def test_a_near_tie_at_seed_0_is_decided_on_the_mean_of_two_seeds(second, chosen
     for config in needed:
         stored[config.learning_rate, 1] = fake_lookup(lambda c: second[c.learning_rate])(config)
     selection, needed = select(point, PROTOCOL, lookup)
-    assert needed == [] and selection.rate == chosen
+    assert needed == [] and selection.rate == chosen and not selection.at_edge
+    assert (3e-4 in selection.grid) == (chosen == 1e-3)  # two seeds chose BitFit's lowest rate: the grid grew
     assert selection.tie_scores == pytest.approx({rate: (first[rate] + second[rate]) / 2 for rate in second})
 
 
@@ -155,7 +156,7 @@ def test_sizes_wait_for_r64s_rate_then_are_tuned_over_it_and_its_neighbours():
     store[8, 1e-4, 0] = fake_lookup(score)(ready[0])           # 3e-4 won at the window's edge: one step past it
     ready, waiting, selections = plan(PROTOCOL, lookup, points)
     assert selections["Houlsby r=8"].rate == 3e-4 and selections["Houlsby r=8"].grid == [1e-4, 3e-4, 1e-3, 3e-3]
-    assert sorted((c.bottleneck, c.learning_rate, c.seed) for c in ready) == [(8, 3e-4, 1), (8, 3e-4, 2)]
+    assert sorted((c.bottleneck, c.learning_rate, c.seed) for c in ready) == [(8, 3e-4, s) for s in (1, 2, 3, 4)]
 
 
 def test_a_neighbour_grid_at_the_methods_edge_steps_past_it():
@@ -186,19 +187,36 @@ def _seeded_lookup(values):
                        lambda c: values.get(_label_of(c), [0.5] * 5)[c.seed])
 
 
-def test_an_undecided_claim_gives_both_of_its_points_seeds_3_and_4():
-    far = {"full fine-tuning": [0.86, 0.87, 0.88, 0.0, 0.0], "Houlsby r=64": [0.80, 0.81, 0.82, 0.0, 0.0]}
-    lookup = _seeded_lookup(far)                        # 6 points apart with spreads of 1: decided at 3 seeds
-    everything = lambda c: lookup(c) if c.seed in tuning.SEEDS else None  # noqa: E731
-    ready, _, _ = plan(PROTOCOL, everything)
-    assert [c for c in ready if c.seed in tuning.MORE_SEEDS] == []
-    close = {"full fine-tuning": [0.85, 0.87, 0.86, 0.86, 0.86], "Houlsby r=64": [0.84, 0.86, 0.85, 0.85, 0.85]}
-    lookup = _seeded_lookup(close)                      # 1 point apart with spreads of 1: undecided
-    everything = lambda c: lookup(c) if c.seed in tuning.SEEDS else None  # noqa: E731
-    ready, _, selections = plan(PROTOCOL, everything)
-    more = {(c.method, c.seed) for c in ready if c.seed in tuning.MORE_SEEDS}
-    assert {("full", 3), ("full", 4), ("houlsby", 3), ("houlsby", 4)} <= more
-    assert tuning.seeds_of(POINTS[0], selections, everything, PROTOCOL) == (0, 1, 2, 3, 4)
+def test_every_point_runs_the_same_five_seeds_whatever_the_first_ones_show():
+    """The design has one look: seeds 0-4 for every point, fixed in advance, whether the first three decide a claim
+    or not."""
+    for values in ({"full fine-tuning": [0.86, 0.87, 0.88, 0.0, 0.0], "Houlsby r=64": [0.80, 0.81, 0.82, 0.0, 0.0]},
+                   {"full fine-tuning": [0.85, 0.87, 0.86, 0.0, 0.0], "Houlsby r=64": [0.84, 0.86, 0.85, 0.0, 0.0]}):
+        lookup = _seeded_lookup(values)
+        first_three = lambda c: lookup(c) if c.seed < 3 else None  # noqa: E731
+        ready, waiting, selections = plan(PROTOCOL, first_three)
+        standard = [c for c in ready if tuning.protocol_for("sst2", c) is PROTOCOL]
+        assert waiting == [] and tuning.SEEDS == (0, 1, 2, 3, 4)
+        assert sorted((_label_of(c), c.seed) for c in standard) == sorted((p.label, s) for p in POINTS for s in (3, 4))
+
+
+def test_a_rate_two_seeds_choose_at_the_grids_edge_grows_the_grid_and_is_chosen_again():
+    """Seed 0 puts the method's top rate second to one inside the grid, within the validation noise; seed 1 makes
+    the edge win the tie. The grid then grows past it, and the choice is made again over the larger grid."""
+    point, rates = POINTS[0], sorted(tuning.methods.get(POINTS[0].method).learning_rates)
+    top, inner = rates[-1], rates[-2]
+    beyond = tuning._step(rates, upward=True, rates=rates)
+
+    def score(c):
+        if c.seed == 0:
+            return {inner: 0.900, top: 0.899}.get(c.learning_rate, 0.7)  # a near tie, the inner rate ahead
+        return {inner: 0.880, top: 0.895, beyond: 0.80}.get(c.learning_rate, 0.7)  # seed 1: the edge wins
+
+    selection, needed = select(point, PROTOCOL, fake_lookup(score))
+    assert needed == [] and beyond in selection.grid and selection.rate == top and not selection.at_edge
+    untried = lambda c: None if c.learning_rate == beyond else fake_lookup(score)(c)  # noqa: E731
+    selection, needed = select(point, PROTOCOL, untried)
+    assert selection.rate is None and [(c.learning_rate, c.seed) for c in needed] == [(beyond, 0)]
 
 
 def test_the_budget_check_trains_the_headline_pair_longer_at_their_selected_rates():
@@ -206,7 +224,7 @@ def test_the_budget_check_trains_the_headline_pair_longer_at_their_selected_rate
     standard_only = lambda c: lookup(c) if tuning.protocol_for("sst2", c) is PROTOCOL else None  # noqa: E731
     ready, _, selections = plan(PROTOCOL, standard_only)
     longer = tuning.BUDGET_PROTOCOLS["sst2"]
-    assert sorted((c.method, c.seed) for c in ready) == [(m, s) for m in ("full", "houlsby") for s in tuning.SEEDS]
+    assert sorted((c.method, c.seed) for c in ready) == [(m, s) for m in ("full", "houlsby") for s in tuning.BUDGET_SEEDS]
     assert all((c.epochs, c.eval_every) == (longer.epochs, longer.eval_every) for c in ready)
     assert all(c.learning_rate == selections[_label_of(c)].rate for c in ready)
     assert all(tuning.protocol_for("sst2", c).max_train is None for c in ready)
@@ -263,7 +281,7 @@ def test_a_small_protocol_trains_each_run_once_and_the_table_reports_dev_at_the_
     assert all(r["selected_on"] == "validation" and "validation" in r["key"] for r in records)
     rows = tuned_rows("sst2", [store], TINY, points=points)
     for row in rows:
-        assert row["rate"] in row["grid"] and row["n"] == 3
+        assert row["rate"] in row["grid"] and row["n"] == len(tuning.SEEDS)
         assert row["grid"][row["rate"]] == max(row["grid"].values())
         selected = [r for r in records if r["key"]["settings"]["method"] == row["method"]
                     and r["key"]["settings"]["peak_learning_rate"] == row["rate"]]
@@ -317,12 +335,13 @@ def _row(label, values, rate=1e-3, trained=1000, tie=None):
 
 
 def test_claims_are_read_with_the_courses_rule_over_every_stored_seed():
-    houlsby = _row("Houlsby r=64", (0.840, 0.844, 0.848))
-    far = _row("full fine-tuning", (0.866, 0.870, 0.874))
+    houlsby = _row("Houlsby r=64", (0.840, 0.844, 0.848, 0.841, 0.846))
+    far = _row("full fine-tuning", (0.866, 0.874, 0.870, 0.869, 0.871))
     close = _row("full fine-tuning", (0.838, 0.846, 0.850, 0.842, 0.848))
     (pair, verdict), = tuning.tuned_comparisons([houlsby, far]).items()
-    assert pair == ("full fine-tuning", "Houlsby r=64") and verdict.verdict == "ahead"
-    assert verdict.n_a == 3 and verdict == compare(far["seed_row"], houlsby["seed_row"])
+    assert pair == ("full fine-tuning", "Houlsby r=64") and verdict.verdict == "ahead" and verdict.paired
+    alone = compare(far["seed_row"], houlsby["seed_row"])
+    assert verdict.n_a == 5 and (verdict.low, verdict.high) == (alone.low, alone.high) and alone.paired
     verdict, = tuning.tuned_comparisons([houlsby, close]).values()
     assert verdict.n_a == 5 and verdict.verdict == compare(close["seed_row"], houlsby["seed_row"]).verdict
 
@@ -372,7 +391,7 @@ def test_a_tuned_row_carries_seed_zeros_curve_at_its_selected_rate(monkeypatch, 
     ((0.845, 0.83, 0.85, 0.85), 0.01, None),             # r = 2's seeds too spread to place it: no knee claimed
 ])
 def test_the_knee_is_the_first_size_the_seeds_do_not_place_behind_the_best(means, first_spread, expected):
-    rows = [_row(f"Houlsby r={r}", (mean - spread, mean, mean + spread))
+    rows = [_row(f"Houlsby r={r}", (mean - spread, mean + spread / 3, mean, mean - spread / 3, mean + spread))
             for r, mean, spread in zip((2, 8, 32, 64), means, (first_spread, 0.001, 0.001, 0.001))]
     row, line = tuning.knee(rows)
     assert (row and row["label"]) == expected
@@ -387,20 +406,23 @@ def test_the_budget_table_reads_each_method_long_against_standard_and_the_pair_a
         return _row(label, values)["seed_row"]
 
     standard = {"Houlsby r=64": [0.85, 0.86, 0.87], "full fine-tuning": [0.86, 0.87, 0.88]}
-    long = {"Houlsby r=64": [0.88, 0.885, 0.89], "full fine-tuning": [0.875, 0.88, 0.885]}
+    long = {"Houlsby r=64": [0.88, 0.884, 0.89], "full fine-tuning": [0.872, 0.887, 0.884]}
     rows = [{"label": label, "rate": 1e-3, "standard": seeds(label, standard[label]), "long": seeds(label, long[label]),
              "steps": {"standard": 625, "long": 1755}, "curve": []} for label in tuning.BUDGET_POINTS]
     text = tuning.budget_table(rows, "sst2")
     lines = text.splitlines()
     assert lines[1].split() == ["Houlsby", "r=64", "86.0", "±", "1.0", "(625", "steps)", "88.5", "±", "0.5", "(1755",
                                 "steps)"]
-    # long against standard, Houlsby: Welch's interval straight from scipy lies above 0
-    interval = stats.ttest_ind(long["Houlsby r=64"], standard["Houlsby r=64"], equal_var=False).confidence_interval()
+    # long against standard, Houlsby: the paired interval straight from scipy (the seeds' own differences)
+    interval = stats.ttest_rel(long["Houlsby r=64"], standard["Houlsby r=64"]).confidence_interval()
     assert interval.low > 0
     assert f"Houlsby r=64, long against standard: long ahead of standard: difference +2.5 points, 95 % interval " \
-           f"{100 * interval.low:+.1f} to {100 * interval.high:+.1f}" in text
-    # the pair at the long budget: 0.5 points apart with spreads of 0.5: the interval holds 0 and gaps over a point
-    pair = stats.ttest_ind(long["full fine-tuning"], long["Houlsby r=64"], equal_var=False).confidence_interval()
+           f"{100 * interval.low:+.1f} to {100 * interval.high:+.1f}; 3 paired seeds; Holm over 4 verdicts" in text
+    # the pair at the long budget: the paired interval holds 0 and gaps over a point
+    pair = stats.ttest_rel(long["full fine-tuning"], long["Houlsby r=64"]).confidence_interval()
     assert pair.low < 0 < pair.high and max(-pair.low, pair.high) > 0.01
     assert "at the long budget: full fine-tuning vs Houlsby r=64 undecided" in text
+    verdicts = list(tuning.budget_verdicts(rows).values())
+    assert all(v.paired and v.family_size == 4 for v in verdicts)
+    assert [v.p_adjusted for v in verdicts] == pytest.approx(list(holm([v.p_value for v in verdicts])))
     assert max(len(line) for line in lines[:len(rows) + 1]) <= 70  # the table itself fits a slide's width
