@@ -332,6 +332,27 @@ def adapted_outputs(model: nn.Module) -> list[tuple[int, str, AdaptedOutput]]:
     return found
 
 
+def largest_correction(model: nn.Module, inputs: dict) -> tuple[float, torch.Tensor]:
+    """Run ``model(**inputs)`` once and return (the largest |Δ(u)| any of its adapters added, the logits).
+
+    Δ(u) is read where it is made, as the output of each adapter's up-projection, during the same forward pass.
+    With zero-up init it is exactly 0 by construction (a sum of products with 0 is 0), whatever order the
+    kernels add in; two forward passes of two copies of a model carry no such promise (lab 5).
+    """
+    corrections = []
+    hooks = [output.adapter.up.register_forward_hook(lambda _module, _args, out: corrections.append(out.detach()))
+             for _, _, output in adapted_outputs(model)]
+    if not hooks:
+        raise PlacementError("this model has no adapters; call add_adapters first")
+    try:
+        with torch.no_grad():
+            logits = model(**inputs).logits
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return max(float(delta.abs().max()) for delta in corrections), logits
+
+
 def remove_adapters(model: nn.Module) -> nn.Module:
     """Take every adapter out and restore the original modules and trainable flags.
 
