@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from .compare import compare
+from .compare import compare, family
 from .reference import REFERENCE_CONFIG, SeedRow, missing_report, seed_rows
 from ..model.latency import _shared_copy
 from .. import methods
@@ -141,17 +141,17 @@ def pareto_front(points: dict) -> list:
 def knee(rows: list[SeedRow]) -> tuple[SeedRow | None, str]:
     """The knee of the adapter size under the course's rule (:func:`~.compare.compare`): in rows of increasing
     size, the first that the seeds do not place behind the best mean, every smaller one being behind it; past
-    it, more capacity buys nothing the seeds can see (labs 7 and 10). Returns that row, or None where the seeds
-    cannot place a smaller size (or a row has fewer than two runs), and one line saying why."""
+    it, more capacity buys nothing the seeds can see (labs 7 and 10). The smaller sizes' verdicts against the
+    best are one family (:func:`~.compare.family`). Returns that row, or None where the seeds cannot place a
+    smaller size (or a row has fewer than two runs), and one line saying why."""
     if len(rows) < 2 or any(row.n < 2 for row in rows):
         return None, "the knee of r: not stored yet (every size needs two seeds or more)"
     best = max(rows, key=lambda row: row.mean)
-    for row in rows:
-        if row is best:
-            return row, f"the knee of r: {row.label}, the best mean (every smaller size is behind it)"
-        verdict = compare(row, best, names=(str(row.label), str(best.label)))
+    smaller = rows[:next(i for i, row in enumerate(rows) if row is best)]
+    verdicts = family([compare(row, best, names=(str(row.label), str(best.label))) for row in smaller])
+    for row, verdict in zip(smaller, verdicts):
         if verdict.verdict == "undecided":
             return None, f"the knee of r: undecided, the seeds cannot place {row.label} against {best.label}"
         if verdict.verdict != "behind":
             return row, f"the knee of r: {row.label} ({verdict.describe()})"
-    raise AssertionError("unreachable: the best row is among the rows")
+    return best, f"the knee of r: {best.label}, the best mean (every smaller size is behind it)"
