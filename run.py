@@ -25,6 +25,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import threading
 import time
 import venv
 from pathlib import Path
@@ -55,27 +56,29 @@ TORCH_STEP = f"PyTorch ({TORCH}), the largest download: usually 2-10 minutes, de
 PACKAGE_STEP = "adapterlab and its dependencies (transformers, JupyterLab, plotly, ...): usually 1-3 minutes"
 
 
-def pip(python: Path, *args: str) -> None:
-    subprocess.run([str(python), "-m", "pip", "install", "--disable-pip-version-check", *args], check=True)
+def pip(python: Path, *args: str, log=None) -> None:
+    subprocess.run([str(python), "-m", "pip", "install", "--disable-pip-version-check", *args], check=True,
+                   stdout=log, stderr=subprocess.STDOUT if log else None)
 
 
-def install_step(number: int, python: Path, what: str, *args: str) -> None:
+def install_step(number: int, python: Path, what: str, *args: str, log=None, label: str = "") -> None:
     """Install with pip, announced as step `number` of 2 with what it installs and how long it takes, and
-    closed with the time it took."""
-    print(f"[{number}/2] Installing {what} ...", flush=True)
+    closed with the time it took (pip's own output goes to ``log`` where one is given; ``label`` names the
+    environment when two install at once)."""
+    print(f"{label}[{number}/2] Installing {what} ...", flush=True)
     start = time.monotonic()
-    pip(python, *args)
+    pip(python, *args, log=log)
     minutes, seconds = divmod(round(time.monotonic() - start), 60)
-    print(f"[{number}/2] Done in {minutes} min {seconds:02d} s.", flush=True)
+    print(f"{label}[{number}/2] Done in {minutes} min {seconds:02d} s.", flush=True)
 
 
-def install_torch(python: Path) -> None:
+def install_torch(python: Path, log=None, label: str = "") -> None:
     """Step 1: the pinned PyTorch, or the newest one where the pinned version has no build for this platform."""
     try:
-        install_step(1, python, TORCH_STEP, TORCH)
+        install_step(1, python, TORCH_STEP, TORCH, log=log, label=label)
     except subprocess.CalledProcessError:
         print(f"{TORCH} is not available for this platform; installing the newest PyTorch instead.", flush=True)
-        install_step(1, python, TORCH_STEP.replace(TORCH, "torch>=2.2"), "torch>=2.2")
+        install_step(1, python, TORCH_STEP.replace(TORCH, "torch>=2.2"), "torch>=2.2", log=log, label=label)
 
 
 def ensure_environment() -> None:
@@ -94,21 +97,31 @@ def ensure_environment() -> None:
 
 def ensure_library_environment() -> None:
     """Create .venv-library with AdapterHub's adapters unless it is there already; on failure say so and go on
-    (the tests that need it are skipped, naming it)."""
+    (the tests that need it are skipped, naming it). pip's output goes to install.log in it, since this runs
+    beside the main environment's install."""
     wanted = " ".join([TORCH, *LIBRARY])
     python = LIBRARY_VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
     if LIBRARY_STAMP.exists() and LIBRARY_STAMP.read_text().strip() == wanted and python.exists():
         return
-    print(f"Creating the reference adapter library's environment in {LIBRARY_VENV} (first time only) ...", flush=True)
+    print(f"Creating the reference adapter library's environment in {LIBRARY_VENV} (first time only; pip's output "
+          f"in {LIBRARY_VENV / 'install.log'}) ...", flush=True)
     try:
         if not python.exists():
             venv.EnvBuilder(with_pip=True).create(LIBRARY_VENV)
-        install_torch(python)
-        install_step(2, python, f"AdapterHub's {LIBRARY[0]}: usually 1-2 minutes", *LIBRARY)
+        with open(LIBRARY_VENV / "install.log", "w") as log:
+            install_torch(python, log=log, label=".venv-library ")
+            install_step(2, python, f"AdapterHub's {LIBRARY[0]}: usually 1-2 minutes", *LIBRARY, log=log,
+                         label=".venv-library ")
     except (OSError, subprocess.CalledProcessError) as error:
         print(f"Could not make {LIBRARY_VENV} ({error}); the tests against AdapterHub will be skipped.", flush=True)
         return
     LIBRARY_STAMP.write_text(wanted + "\n")
+
+
+def pytest_workers() -> list[str]:
+    """Two pytest-xdist workers where the machine has two cores or more: each notebook, the browser tests and
+    each test file stay on one worker (tests/conftest.py groups them), and the groups share the two cores."""
+    return ["-n", "2", "--dist", "loadgroup"] if (os.cpu_count() or 1) >= 2 else []
 
 
 def write_student_copies(python: str) -> int:
@@ -140,6 +153,9 @@ def main(argv: list[str]) -> int:
         print(f"run.py: {said}; use one of lab --student, lab, test\n{USAGE}", file=sys.stderr)
         return 2
     job, extra = argv[0], argv[1:]
+    library = threading.Thread(target=ensure_library_environment) if job == "test" else None
+    if library is not None:  # the library's environment installs beside the main one: neither waits for the other
+        library.start()
     ensure_environment()
     python = str(venv_python())
     if job == "lab":
@@ -152,12 +168,14 @@ def main(argv: list[str]) -> int:
             folder = STUDENT_DIR
         return subprocess.call([python, "-m", "jupyter", "lab", str(folder), *extra], cwd=ROOT,
                                env=jupyter_environment(extra))
-    ensure_library_environment()
+    library.join()
     env = dict(os.environ)
     env.setdefault("ADAPTERLAB_PROFILE", "ci")
     targets = extra or ["tests", "labs"]
-    # The slowest tests are named at the end, so that a CI run that grows shows where its time went.
-    return subprocess.call([python, "-m", "pytest", "--nbval-lax", "--durations=20", *targets], cwd=ROOT, env=env)
+    # The slowest tests are named at the end, and the time of each group (tests/conftest.py), so that a CI run that
+    # grows shows where its time went.
+    return subprocess.call([python, "-m", "pytest", "--nbval-lax", "--durations=20", *pytest_workers(), *targets],
+                           cwd=ROOT, env=env)
 
 
 if __name__ == "__main__":

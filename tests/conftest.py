@@ -91,3 +91,48 @@ def toy_data_only(monkeypatch):
     or loads data asks for it with ``pytestmark = pytest.mark.usefixtures("toy_data_only")``."""
     monkeypatch.delenv("ADAPTERLAB_DATA", raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def _worker_group(item) -> str:
+    """The group of tests one worker runs in order (``python3 run.py test`` runs two): a notebook's cells (nbval
+    runs them in one kernel, top to bottom), every browser test (one Chromium and one export of the decks), and
+    each other test file (its module fixtures made once)."""
+    path = item.path
+    if path.suffix == ".ipynb":
+        return f"lab-{path.stem}"
+    if "browser" in path.parts:
+        return "browser"
+    return path.stem
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist's ``--dist loadgroup``, give every test its worker group (see _worker_group)."""
+    if config.pluginmanager.hasplugin("xdist") and getattr(config.option, "dist", "no") == "loadgroup":
+        for item in items:
+            item.add_marker(pytest.mark.xdist_group(_worker_group(item)))
+
+
+def _reported_group(nodeid: str) -> str:
+    path = nodeid.split("::")[0]
+    if path.endswith(".ipynb"):
+        return "labs under nbval"
+    return "browser tests" if path.startswith("tests/browser/") else "package tests"
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The time each group of tests took (setup, call and teardown of every test, summed over the workers), so
+    that a run that grows shows which group grew."""
+    seconds, counts = {}, {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if getattr(report, "when", None) in ("setup", "call", "teardown") and hasattr(report, "duration"):
+                group = _reported_group(report.nodeid)
+                seconds[group] = seconds.get(group, 0.0) + report.duration
+                counts.setdefault(group, set()).add(report.nodeid)
+    if seconds:
+        terminalreporter.section("time per group")
+        for group in ("package tests", "labs under nbval", "browser tests"):
+            if group in seconds:
+                minutes, rest = divmod(round(seconds[group]), 60)
+                terminalreporter.write_line(f"{group:<17} {len(counts[group]):>5} tests  {minutes:>3} min {rest:02d} s")

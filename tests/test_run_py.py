@@ -27,7 +27,7 @@ def run_py(tmp_path, monkeypatch, capsys):
     (tmp_path / ".venv").mkdir()
     run.calls = []
 
-    def record(command, check):
+    def record(command, check, **_output):
         run.calls.append((command, capsys.readouterr().out))
         if getattr(run, "refuse", None) and run.refuse in command:
             raise subprocess.CalledProcessError(1, command)
