@@ -95,13 +95,13 @@ def toy_data_only(monkeypatch):
 
 def _worker_group(item) -> str:
     """The group of tests one worker runs in order (``python3 run.py test`` runs two): a notebook's cells (nbval
-    runs them in one kernel, top to bottom), every browser test (one Chromium and one export of the decks), and
-    each other test file (its module fixtures made once)."""
+    runs them in one kernel, top to bottom), the browser tests of the decks (one export of the decks) and those
+    of JupyterLab, and each other test file (its module fixtures made once)."""
     path = item.path
     if path.suffix == ".ipynb":
         return f"lab-{path.stem}"
-    if "browser" in path.parts:
-        return "browser"
+    if "browser" in path.parts:  # the decks (one export, one Chromium), or JupyterLab (one server)
+        return "browser-decks" if "slides" in path.stem else "browser-jupyterlab"
     return path.stem
 
 

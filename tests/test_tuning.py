@@ -352,7 +352,8 @@ def test_a_claim_waits_for_every_seed():
     assert tuning.tuned_comparisons(rows) == {("full fine-tuning", "Houlsby r=64"): None,
                                               ("LoRA r=8", "Houlsby r=64"): None}
     assert tuning.tuned_claim_lines(rows).splitlines() == [
-        "tuned, full fine-tuning vs Houlsby r=64: not stored yet", "tuned, LoRA r=8 vs Houlsby r=64: not stored yet"]
+        "tuned, standard budget, full fine-tuning vs Houlsby r=64: not stored yet",
+        "tuned, standard budget, LoRA r=8 vs Houlsby r=64: not stored yet"]
 
 
 def test_the_table_shows_rates_spreads_and_the_paper_beside_ours():

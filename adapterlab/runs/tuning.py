@@ -566,8 +566,10 @@ def tuned_comparisons(rows: list[dict], pairs=None) -> dict:
 
 
 def tuned_claim_lines(rows: list[dict], pairs=None) -> str:
-    """One line per claim: its verdict in words with the interval behind it, or "not stored yet"."""
-    return "\n".join(f"tuned, {a} vs {b}: not stored yet" if verdict is None else f"tuned, {verdict.describe()}"
+    """One line per claim: its verdict in words with the interval behind it, or "not stored yet"; each says that
+    it holds at the standard budget (the budget check trains the headline pair longer)."""
+    said = "tuned, standard budget,"
+    return "\n".join(f"{said} {a} vs {b}: not stored yet" if verdict is None else f"{said} {verdict.describe()}"
                      for (a, b), verdict in tuned_comparisons(rows, pairs).items())
 
 
