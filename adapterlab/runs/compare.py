@@ -213,7 +213,7 @@ def family(comparisons) -> list:
     items = [comparisons[key] for key in keys] if keys is not None else list(comparisons)
     present = [item for item in items if item is not None]
     if not present:
-        return comparisons
+        return dict(zip(keys, items)) if keys is not None else items
     alpha = 1 - CONFIDENCE
 
     for_difference = holm([c.p_value for c in present])
@@ -229,6 +229,12 @@ def family(comparisons) -> list:
         decided[id(c)] = replace(c, verdict=verdict, family_size=len(present), p_adjusted=float(p))
     out = [None if item is None else decided[id(item)] for item in items]
     return dict(zip(keys, out)) if keys is not None else out
+
+
+def family_lines(comparisons, indent: str = "") -> str:
+    """The comparisons decided as one family (:func:`family`), one :meth:`Comparison.describe` line each: how
+    a lab prints the verdicts it draws from one table or figure."""
+    return "\n".join(indent + verdict.describe() for verdict in family(list(comparisons)))
 
 
 def holm(p_values) -> np.ndarray:
