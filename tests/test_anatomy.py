@@ -108,6 +108,67 @@ def test_relative_change_recomputed_by_hand_on_real_tokens_only(make_classifier)
     assert (table > 0.05).all()
 
 
+def residual_streams_by_hand(model, batches) -> dict:
+    """The hidden state each adapter's correction is added to, recomputed from the model's own outputs: the
+    layer's input (``output_hidden_states``) for the adapter after attention, and the input of the layer's
+    intermediate (the attention block's output) for the one after the FFN; on the real tokens."""
+    layers = model.bert.encoder.layer
+    attention_outputs = {index: [] for index in range(len(layers))}
+    hooks = [layer.intermediate.register_forward_pre_hook(
+        lambda module, args, index=index: attention_outputs[index].append(args[0])) for index, layer in
+        enumerate(layers)]
+    states = {key: [] for key in ((i, p) for i in range(len(layers)) for p in anatomy.POSITIONS)}
+    with torch.no_grad():
+        for batch in batches:
+            mask = batch["attention_mask"].bool()
+            hidden = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                           output_hidden_states=True).hidden_states
+            for index in range(len(layers)):
+                states[index, "attention"].append(hidden[index][mask])
+                states[index, "ffn"].append(attention_outputs[index][-1][mask])
+    for hook in hooks:
+        hook.remove()
+    return {key: torch.cat(parts) for key, parts in states.items()}
+
+
+def test_residual_change_is_the_correction_against_the_hidden_state_recomputed_by_hand(make_classifier):
+    model = bending(make_classifier)
+    batches = sentences()
+    inputs, residuals = anatomy.inputs_and_residuals(model, batches)
+    by_hand, streams = inputs_by_hand(model, batches), residual_streams_by_hand(model, batches)
+    table = anatomy.residual_changes(model, inputs, residuals)
+    changes = anatomy.relative_changes(model, inputs)
+    for index, position, output in adapted_outputs(model):
+        torch.testing.assert_close(inputs[index, position], anatomy.adapter_inputs(model, batches)[index, position])
+        h, x = by_hand[index, position].double(), streams[index, position].double()
+        torch.testing.assert_close(residuals[index, position].double(), x, rtol=1e-6, atol=1e-6)
+        a = output.adapter
+        z = torch.nn.functional.gelu(h @ a.down.weight.double().T + a.down.bias.double())
+        correction = z @ a.up.weight.double().T + a.up.bias.double()
+        column = anatomy.POSITIONS.index(position)
+        assert table[index, column] == pytest.approx((correction.norm() / x.norm()).item(), rel=1e-6)
+        # the two measures differ exactly by how large h is against x
+        assert table[index, column] / changes[index, column] == pytest.approx((h.norm() / x.norm()).item(), rel=1e-6)
+    assert not np.allclose(table, changes, rtol=0.05)  # h and x differ in size here: the measures are not one
+
+
+def test_a_parallel_adapter_reads_the_residual_stream_and_is_scaled_as_it_is_added(make_classifier):
+    model = add_adapters(make_classifier(**NARROW), "parallel", R, init_scale=0.3, parallel_scale=4.0)
+    inputs, residuals = anatomy.inputs_and_residuals(model, sentences())
+    for key in inputs:
+        assert torch.equal(inputs[key], residuals[key])  # a parallel adapter reads x itself
+    np.testing.assert_allclose(anatomy.residual_changes(model, inputs, residuals),
+                               4.0 * anatomy.relative_changes(model, inputs), rtol=1e-9)
+
+
+def test_residual_changes_refuse_streams_of_another_pass(make_classifier):
+    model = adapted(make_classifier, init_scale=0.3)
+    inputs, _ = anatomy.inputs_and_residuals(model, sentences())
+    _, other = anatomy.inputs_and_residuals(model, sentences(n_batches=1))
+    with pytest.raises(ValueError, match="in one pass"):
+        anatomy.residual_changes(model, inputs, other)
+
+
 def test_a_zero_up_adapter_changes_nothing(make_classifier):
     model = adapted(make_classifier, init="zero_up")
     table = anatomy.relative_changes(model, anatomy.adapter_inputs(model, sentences()))

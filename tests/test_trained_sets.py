@@ -153,6 +153,8 @@ def test_measure_agrees_with_independent_evaluations(measured):
     assert np.abs(m.importance).max() > 0.01  # switching a layer off changes the score here
     seen = anatomy.adapter_inputs(model, eval_batches(dev, 16))
     np.testing.assert_allclose(m.change_trained, anatomy.relative_changes(model, seen), rtol=1e-5)
+    seen, streams = anatomy.inputs_and_residuals(model, eval_batches(dev, 16))
+    np.testing.assert_allclose(m.change_residual, anatomy.residual_changes(model, seen, streams), rtol=1e-5)
     folded = anatomy.linearise_and_fold(model, anatomy.adapter_inputs(model, eval_batches(fit, 16)))
     assert m.dev_linear == pytest.approx(evaluate(folded, dev)["matthews"], abs=1e-12)
     assert m.dev_linear != m.dev_trained  # the folded model is another model here
@@ -211,10 +213,16 @@ def test_stored_measurements_are_reused_only_for_the_same_adapters_and_rows(tmp_
     trained_sets.anatomy_of("cola", 1, tmp_path, data_dir=TOY_DIR)
     assert len(calls) == 2 and record()["data_sha256"] == stored["data_sha256"]
 
+    # a record written before a measurement was added lacks it: measured again, not read short
+    shorter = {**stored, "anatomy": {k: v for k, v in stored["anatomy"].items() if k != "change_residual"}}
+    (tmp_path / "anatomy" / "cola-seed1.json").write_text(json.dumps(shorter))
+    trained_sets.anatomy_of("cola", 1, tmp_path, data_dir=TOY_DIR)
+    assert len(calls) == 3 and "change_residual" in record()["anatomy"]
+
     # other adapters in the same folder: the set trained again over the old one
     tiny_run(where, "cola", 1, "--lr", "0.05", "--overwrite")
     again = trained_sets.anatomy_of("cola", 1, tmp_path, data_dir=TOY_DIR)
-    assert len(calls) == 3
+    assert len(calls) == 4
     assert not np.array_equal(again.change_trained, first.change_trained)
     assert record()["adapters_sha256"] == hashlib.sha256((where / "adapters.safetensors").read_bytes()).hexdigest()
     assert record()["adapters_sha256"] != stored["adapters_sha256"]
@@ -229,6 +237,32 @@ def test_a_re_measure_without_scores_agrees_with_the_stored_measure_and_a_change
     assert not set_anatomy.same_measurements(stored, moved)
     ranked = dataclasses.replace(live, weight_ranks=live.weight_ranks + np.eye(*live.weight_ranks.shape))
     assert not set_anatomy.same_measurements(stored, ranked)
+    against_x = dataclasses.replace(live, change_residual=live.change_residual * (1 + 1e-3))
+    assert not set_anatomy.same_measurements(stored, against_x)
+
+
+def test_the_residual_claims_read_every_seed_and_the_mean_of_the_seeds():
+    """Two made-up seeds of a two-layer model: the spans run over both seeds, ‖h‖ / ‖x‖ is the ratio of the two
+    changes, and the layers where the FFN's correction is larger are read on the mean of the seeds."""
+    def one(seed, against_h, against_x):
+        return set_anatomy.SetAnatomy(
+            task="sst2", seed=seed, metric="accuracy", change_init=np.zeros((2, 2)),
+            change_trained=np.array(against_h), change_residual=np.array(against_x), share_init=np.ones((2, 2)),
+            share_trained=np.ones((2, 2)), weight_ranks=np.ones((2, 2)), bottleneck_ranks=np.ones((2, 2)),
+            bottleneck=8, dev_trained=0.9, dev_linear=0.9, importance=np.zeros(2))
+
+    seeds = [one(0, [[0.4, 0.05], [0.3, 0.1]], [[0.2, 0.1], [0.1, 0.3]]),
+             one(1, [[0.2, 0.05], [0.3, 0.2]], [[0.1, 0.06], [0.16, 0.1]])]
+    lines = set_anatomy.residual_claims(seeds, "sst2").splitlines()
+    assert lines == [
+        "SST-2, against x, the residual stream:",
+        "  ‖h‖ / ‖x‖, every adapter of every seed: attention 0.33 to 0.53, FFN 0.50 to 3.00",
+        "  ‖A(h) − h‖ / ‖x‖, every adapter of every seed: attention 0.100 to 0.200, FFN 0.060 to 0.300",
+        "  mean over layers and seeds, against h: attention 0.300, FFN 0.100 (ratio 3.0)",
+        "  mean over layers and seeds, against x: attention 0.140, FFN 0.140 (ratio 1.0)",
+        "  against x, the attention adapter's correction larger than the FFN one's, every layer: False",
+        "  against x, layers where the FFN adapter's is larger: [1]",
+    ]
 
 
 def test_the_lab_s_verdict_is_the_paired_comparison_of_the_seeds(measured):

@@ -4,7 +4,9 @@ Labs 2 and 3 study the adapter at initialisation: it starts near the identity, a
 is a rank-r linear map that folds into the dense layer before it. Lab 8 finds which layers' adapters matter.
 Training may change all of that, so lab 11 opens a trained model and asks again, on real sentences:
 
-* how far each adapter moves what it reads, ‖A(h) − h‖ / ‖h‖ (:func:`relative_changes`, lab 2's measure);
+* how far each adapter moves what it reads, ‖A(h) − h‖ / ‖h‖ (:func:`relative_changes`, lab 2's measure), and
+  how large its correction is against the residual stream x it is added to, ‖A(h) − h‖ / ‖x‖
+  (:func:`residual_changes`);
 * how much of its correction the best affine map explains (:func:`linear_shares`, lab 3's fit), and what the
   model does when every adapter is replaced by that map and folded away (:func:`linearise_and_fold`, lab 3's fold);
 * how much of its rank r it uses (:func:`weight_spectra`, :func:`bottleneck_spectra`, :func:`effective_ranks`);
@@ -43,6 +45,23 @@ def adapter_inputs(model: nn.Module, batches) -> dict[tuple[int, str], torch.Ten
     ``labels`` are ignored). The model must be in eval mode, so that no dropout changes what the adapters read;
     it is not changed. Kept in float32 on the model's device; the measurements compute in float64.
     """
+    return _collect(model, batches, residuals=False)[0]
+
+
+def inputs_and_residuals(model: nn.Module, batches) -> tuple[dict, dict]:
+    """:func:`adapter_inputs` and, from the same pass, the residual stream each adapter's correction is added to:
+    ({(layer, position): h}, {(layer, position): x}), both on the real tokens.
+
+    x is the sublayer's ``input_tensor``, the hidden state entering its add & LayerNorm, LayerNorm(h' + x) (the
+    layer's input for the adapter after attention, the attention block's output for the one after the FFN).
+    Lab 11 measures each correction against it too (:func:`residual_changes`): h, the sublayer's output, is a
+    different fraction of x at each position.
+    """
+    return _collect(model, batches, residuals=True)
+
+
+def _collect(model: nn.Module, batches, residuals: bool):
+    """(adapter inputs, residual streams or None) on ``batches``: see :func:`adapter_inputs`."""
     if model.training:
         raise ValueError("adapter_inputs needs the model in eval mode (call model.eval()): dropout would change "
                          "what the adapters read")
@@ -50,15 +69,19 @@ def adapter_inputs(model: nn.Module, batches) -> dict[tuple[int, str], torch.Ten
     if not outputs:
         raise PlacementError("this model has no adapters to measure; add them (add_adapters) or load a trained set")
     kept = {(index, position): [] for index, position, _ in outputs}
+    streams = {key: [] for key in kept}
     real = {}
 
-    def keeper(key):
+    def keeper(key, into, argument):
         def keep(module, args):
-            kept[key].append(args[0][real["mask"]].detach().float())
+            into[key].append(args[argument][real["mask"]].detach().float())
         return keep
 
-    hooks = [adapted.adapter.down.register_forward_pre_hook(keeper((index, position)))
+    hooks = [adapted.adapter.down.register_forward_pre_hook(keeper((index, position), kept, 0))
              for index, position, adapted in outputs]
+    if residuals:  # AdaptedOutput.forward(hidden_states, input_tensor): x is its second argument
+        hooks += [adapted.register_forward_pre_hook(keeper((index, position), streams, 1))
+                  for index, position, adapted in outputs]
     device = next(model.parameters()).device
     try:
         with torch.no_grad():
@@ -73,7 +96,8 @@ def adapter_inputs(model: nn.Module, batches) -> dict[tuple[int, str], torch.Ten
     if silent:
         raise ValueError(f"the adapters at {silent} read nothing: pass at least one batch, and switch every adapter "
                          "on first (set_adapters_enabled(model, True))")
-    return {key: torch.cat(parts) for key, parts in kept.items()}
+    inputs = {key: torch.cat(parts) for key, parts in kept.items()}
+    return inputs, ({key: torch.cat(parts) for key, parts in streams.items()} if residuals else None)
 
 
 def _each_adapter(model: nn.Module, inputs: dict | None = None):
@@ -106,6 +130,31 @@ def relative_changes(model: nn.Module, inputs: dict) -> np.ndarray:
     :func:`~adapterlab.teaching.notebook.probes.relative_deviation`, on the inputs of :func:`adapter_inputs`.
     """
     return _table(model, {key: relative_deviation(adapter, h) for key, adapter, h in _each_adapter(model, inputs)})
+
+
+def residual_changes(model: nn.Module, inputs: dict, residuals: dict) -> np.ndarray:
+    """‖A(h) − h‖ / ‖x‖ of every adapter: its correction against the residual stream x it is added to (Frobenius
+    norms over the tokens), a table, layers × POSITIONS (lab 11).
+
+    :func:`relative_changes` divides by h, the sublayer's output the adapter reads; but the correction is added to
+    h + x before the LayerNorm, and h is a different fraction of x at each position (the attention output is
+    smaller than the hidden state, the FFN output of the same order). Against x the corrections of the two
+    positions compare as changes of the same hidden state. ``inputs`` and ``residuals`` from
+    :func:`inputs_and_residuals`; computed in float64. A parallel adapter's correction is scaled as it is added.
+    """
+    scales = {(index, position): adapted.scale if adapted.mode == "parallel" else 1.0
+              for index, position, adapted in adapted_outputs(model)}
+    values = {}
+    for key, adapter, h in _each_adapter(model, inputs):
+        x = residuals[key].double()
+        if x.shape != h.shape:
+            raise ValueError(f"the residual stream at {key} has shape {tuple(x.shape)} but the adapter read "
+                             f"{tuple(h.shape)}: collect both with inputs_and_residuals in one pass")
+        exact = copy.deepcopy(adapter).double()
+        with torch.no_grad():
+            correction = exact(h.double()) - h.double()
+        values[key] = (scales[key] * torch.linalg.norm(correction) / torch.linalg.norm(x)).item()
+    return _table(model, values)
 
 
 def linear_share(adapter: BottleneckAdapter, h: torch.Tensor) -> float:

@@ -2,9 +2,9 @@
 
 The lab opens six sets (two tasks, three seeds) and asks the same questions of each; a cell per question per
 set would bury the answers. :func:`measure` answers all of them for one set with :mod:`.anatomy`'s functions,
-and the lab reads the tables it returns: how far each adapter moves its input, how much of its correction a
-linear map explains, how much of r it uses, the dev score with the adapters as trained and linearised and
-folded away, and how much the score drops with one layer's adapters off.
+and the lab reads the tables it returns: how far each adapter moves its input, how large its correction is against
+the residual stream, how much of its correction a linear map explains, how much of r it uses, the dev score with
+the adapters as trained and linearised and folded away, and how much the score drops with one layer's adapters off.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ class SetAnatomy:
     metric: str
     change_init: np.ndarray  # ‖A(h) − h‖ / ‖h‖ on dev sentences, the adapters at init
     change_trained: np.ndarray  # the same, as trained
+    change_residual: np.ndarray  # ‖A(h) − h‖ / ‖x‖, x the residual stream the correction is added to, as trained
     share_init: np.ndarray  # share of the correction the best affine map explains, at init
     share_trained: np.ndarray
     weight_ranks: np.ndarray  # effective rank (90 % energy) of W_up W_down
@@ -67,7 +68,7 @@ def measure(model: nn.Module, at_init: nn.Module, dev: TokenizedSplit, fit: Toke
     (dev scores and importance are then NaN), which take most of the time: lab 11 re-measures a stored set so.
     """
     metric = "matthews" if task == "cola" else "accuracy"
-    seen = anatomy.adapter_inputs(model, eval_batches(dev, 64))
+    seen, streams = anatomy.inputs_and_residuals(model, eval_batches(dev, 64))
     seen_init = anatomy.adapter_inputs(at_init, eval_batches(dev, 64))
     fitted_on = anatomy.adapter_inputs(model, eval_batches(fit, 64))
     fitted_on_init = anatomy.adapter_inputs(at_init, eval_batches(fit, 64))
@@ -82,6 +83,7 @@ def measure(model: nn.Module, at_init: nn.Module, dev: TokenizedSplit, fit: Toke
         task=task, seed=seed, metric=metric,
         change_init=anatomy.relative_changes(at_init, seen_init),
         change_trained=anatomy.relative_changes(model, seen),
+        change_residual=anatomy.residual_changes(model, seen, streams),
         share_init=anatomy.linear_shares(at_init, fitted_on_init),
         share_trained=anatomy.linear_shares(model, fitted_on),
         weight_ranks=anatomy.effective_ranks(model, anatomy.weight_spectra(model), energy),
@@ -109,7 +111,8 @@ def from_record(record: dict) -> SetAnatomy:
 def same_measurements(stored: SetAnatomy, live: SetAnatomy, rtol: float = 1e-4) -> bool:
     """Whether ``live`` (re-measured, perhaps without scores) agrees with ``stored`` in every table both hold:
     equal ranks, and changes and shares within ``rtol`` (another CPU rounds a least-squares fit differently)."""
-    for name in ("change_init", "change_trained", "share_init", "share_trained", "weight_ranks", "bottleneck_ranks"):
+    for name in ("change_init", "change_trained", "change_residual", "share_init", "share_trained", "weight_ranks",
+                 "bottleneck_ranks"):
         if not np.allclose(getattr(stored, name), getattr(live, name), rtol=rtol, atol=0, equal_nan=True):
             return False
     return True
@@ -142,20 +145,62 @@ TASK_NAMES = {"sst2": "SST-2", "cola": "CoLA"}
 METRIC_NAMES = {"accuracy": "accuracy", "matthews": "MCC"}
 
 
+def _span(values, number: str = "{:.3f}") -> str:
+    """The smallest and largest of ``values`` (NaN left out), e.g. "0.012 to 0.168"."""
+    return f"{number.format(np.nanmin(values))} to {number.format(np.nanmax(values))}"
+
+
+def _by_position(tables: np.ndarray, number: str = "{:.3f}") -> str:
+    """The span of the adapter after attention and of the one after the FFN over every seed's table."""
+    return ", ".join(f"{name} {_span(tables[..., column], number)}"
+                     for column, name in enumerate(("attention", "FFN")))
+
+
 def change_claims(anatomies, task: str) -> str:
-    """Lab 11's checked lines on how far the adapters of ``task`` moved: all near the identity at init, all
-    further after training in every seed, the furthest one, and whether the adapter after attention moved
-    further than the one after the FFN in every layer (on the mean of the seeds)."""
+    """Lab 11's checked lines on how far the adapters of ``task`` moved what they read, ‖A(h) − h‖ / ‖h‖: all near
+    the identity at init, all further after training in every seed, the span of each position over every seed,
+    the furthest one, and whether the adapter after attention moved further than the one after the FFN in every
+    layer (on the mean of the seeds)."""
     init = np.stack(per_seed(anatomies, task, "change_init"))
     trained = np.stack(per_seed(anatomies, task, "change_trained"))
     mean = trained.mean(axis=0)
     layer, column = np.unravel_index(mean.argmax(), mean.shape)
+    ahead = bool((mean[:, 0] > mean[:, 1]).all())
     return "\n".join([
-        f"{TASK_NAMES[task]}:",
+        f"{TASK_NAMES[task]}, against h, what the adapter reads:",
         f"  every adapter at init within 1 % of the identity: {bool((init < 0.01).all())}",
         f"  every adapter moved further than at init, every seed: {bool((trained > init).all())}",
+        f"  trained, every adapter of every seed: {_by_position(trained)}",
         f"  furthest: layer {layer}, {anatomy.POSITIONS[column]} ({mean.max():.3f})",
-        f"  the attention adapter moved further than the FFN one, every layer: {bool((mean[:, 0] > mean[:, 1]).all())}",
+        f"  the attention adapter moved further than the FFN one, every layer: {ahead}",
+    ])
+
+
+def residual_claims(anatomies, task: str) -> str:
+    """Lab 11's checked lines on the corrections of ``task``'s trained adapters against the residual stream x
+    they are added to: how large h is against x at each position (‖h‖ / ‖x‖ = the ratio of the two changes, both
+    measured on the same tokens), the span of ‖A(h) − h‖ / ‖x‖ at each position over every seed, the mean of
+    each position against h and against x (over layers and seeds) with their ratio, and in which layers the
+    FFN adapter's correction is the larger against x (on the mean of the seeds)."""
+    against_h = np.stack(per_seed(anatomies, task, "change_trained"))
+    against_x = np.stack(per_seed(anatomies, task, "change_residual"))
+    h_of_x = against_x / against_h
+
+    def means(tables):
+        attention, ffn = np.nanmean(tables[..., 0]), np.nanmean(tables[..., 1])
+        return f"attention {attention:.3f}, FFN {ffn:.3f} (ratio {attention / ffn:.1f})"
+
+    mean = against_x.mean(axis=0)
+    ffn_larger = [int(layer) for layer in np.flatnonzero(mean[:, 1] > mean[:, 0])]
+    return "\n".join([
+        f"{TASK_NAMES[task]}, against x, the residual stream:",
+        f"  ‖h‖ / ‖x‖, every adapter of every seed: {_by_position(h_of_x, '{:.2f}')}",
+        f"  ‖A(h) − h‖ / ‖x‖, every adapter of every seed: {_by_position(against_x)}",
+        f"  mean over layers and seeds, against h: {means(against_h)}",
+        f"  mean over layers and seeds, against x: {means(against_x)}",
+        "  against x, the attention adapter's correction larger than the FFN one's, every layer: "
+        f"{not ffn_larger}",
+        f"  against x, layers where the FFN adapter's is larger: {ffn_larger}",
     ])
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from torch import nn
@@ -133,14 +133,17 @@ def measure_set(trained: TrainedSet, data_dir=None, *, scores: bool = True) -> S
 def anatomy_of(task: str, seed: int, folder=LAB11_DIR, *, data_dir=None) -> SetAnatomy:
     """Lab 11's measurements of one set: read from ``<folder>/anatomy/<task>-seed<seed>.json`` when they were made
     from these very adapters on these very rows, else measured (:func:`measure_set`) and written there, so the
-    lab reads six sets in seconds and re-measures one live to show the stored numbers are this code's."""
+    lab reads six sets in seconds and re-measures one live to show the stored numbers are this code's. A record
+    without every measurement :class:`.set_anatomy.SetAnatomy` holds now (written before one was added) is measured
+    again."""
     where = set_folder(task, seed, folder)
     stored = Path(folder) / ANATOMY_DIR / f"{where.name}.json"
     made_from = {"adapters_sha256": _sha256((where / TENSORS_FILE).read_bytes()) if (where / TENSORS_FILE).is_file()
                  else None, "data_sha256": _data_fingerprint(task, seed, data_dir)}
     if stored.is_file() and made_from["adapters_sha256"]:
         record = json.loads(stored.read_text(encoding="utf-8"))
-        if all(record.get(name) == value for name, value in made_from.items()):
+        if (all(record.get(name) == value for name, value in made_from.items())
+                and set(record.get("anatomy", {})) == {field.name for field in fields(SetAnatomy)}):
             return from_record(record["anatomy"])
     measured = measure_set(open_set(task, seed, folder), data_dir)
     stored.parent.mkdir(parents=True, exist_ok=True)
