@@ -399,12 +399,17 @@ def test_the_budget_table_reads_each_method_long_against_standard_and_the_pair_a
     # long against standard, Houlsby: the paired interval straight from scipy (the seeds' own differences)
     interval = stats.ttest_rel(long["Houlsby r=64"], standard["Houlsby r=64"]).confidence_interval()
     assert interval.low > 0
-    assert f"Houlsby r=64, long against standard: long ahead of standard: difference +2.5 points, 95 % interval " \
-           f"{100 * interval.low:+.1f} to {100 * interval.high:+.1f}; 3 paired seeds; Holm over 4 verdicts" in text
+    verdicts = tuning.budget_verdicts(rows)
+    alone = verdicts["Houlsby r=64", "long against standard"]
+    assert (alone.low, alone.high) == pytest.approx((interval.low, interval.high))
+    said = "ahead of standard" if alone.verdict == "ahead" else "undecided against standard"
+    assert f"Houlsby r=64, long against standard: long {said}, +2.5 ({100 * interval.low:+.1f} to " \
+           f"{100 * interval.high:+.1f})" in text
     # the pair at the long budget: the paired interval holds 0 and gaps over a point
     pair = stats.ttest_rel(long["full fine-tuning"], long["Houlsby r=64"]).confidence_interval()
     assert pair.low < 0 < pair.high and max(-pair.low, pair.high) > 0.01
-    assert "at the long budget: full fine-tuning vs Houlsby r=64 undecided" in text
+    assert "at the long budget: full fine-tuning undecided against Houlsby r=64" in text
+    assert lines[-1].startswith("each verdict paired by seed, the 4 decided as one family (Holm)")
     verdicts = list(tuning.budget_verdicts(rows).values())
     assert all(v.paired and v.family_size == 4 for v in verdicts)
     assert [v.p_adjusted for v in verdicts] == pytest.approx(list(holm([v.p_value for v in verdicts])))

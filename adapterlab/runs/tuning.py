@@ -442,10 +442,23 @@ def budget_table(rows: list[dict], task: str) -> str:
     seeds = f"{BUDGET_SEEDS[0]}-{BUDGET_SEEDS[-1]}"
     lines.append(f"dev {metric} ×100, mean ± sample spread over seeds {seeds}, each method at the rate the standard "
                  "protocol selected")
-    for (subject, what), verdict in budget_verdicts(rows).items():
-        said = verdict.describe() if verdict is not None else "not stored yet"
+    verdicts = budget_verdicts(rows)
+    for (subject, what), verdict in verdicts.items():
+        said = _short(verdict) if verdict is not None else "not stored yet"
         lines.append(f"{subject}, {what}: {said}" if subject != "the pair" else f"{what}: {said}")
+    lines.append(f"each verdict paired by seed, the {len(verdicts)} decided as one family (Holm); difference and 95 % "
+                 "interval in points")
     return "\n".join(lines)
+
+
+def _short(verdict) -> str:
+    """A verdict in a few words, the way round it reads, for a line under a table that must fit a slide."""
+    flip = verdict.verdict == "behind"
+    named = verdict.flipped() if flip else verdict
+    word = {"ahead": "ahead", "level": "level"}.get(named.verdict, "undecided")
+    lead = f"{named.a} {word}" + (f" of {named.b}" if word == "ahead" else f" with {named.b}" if word == "level"
+                                  else f" against {named.b}")
+    return f"{lead}, {100 * named.difference:+.1f} ({100 * named.low:+.1f} to {100 * named.high:+.1f})"
 
 
 def validation_curve(record: dict) -> list[tuple[int, float]]:
