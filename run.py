@@ -9,8 +9,8 @@ takes, pip's own progress shown), and then:
   student has edited is never overwritten (``python -m adapterlab student`` keeps it and says so);
 * ``lab``  — for instructors: opens JupyterLab on labs/, the notebooks with their solutions
   (extra arguments go to ``jupyter lab``);
-* ``test`` — runs the package tests and every lab under nbval in the fast CI profile
-  (extra arguments go to pytest, e.g. ``python3 run.py test tests/test_adapter.py``). It first makes the
+* ``test`` — runs the package and browser tests on two workers, then every lab under nbval in the fast CI
+  profile, one kernel at a time (extra arguments go to pytest, e.g. ``python3 run.py test tests/test_adapter.py``). It first makes the
   reference adapter library's own environment, .venv-library (AdapterHub's ``adapters``, which pins another
   transformers than .venv holds), for the tests that load exported adapters in it; where that cannot be made,
   those tests are skipped and say why.
@@ -171,11 +171,16 @@ def main(argv: list[str]) -> int:
     library.join()
     env = dict(os.environ)
     env.setdefault("ADAPTERLAB_PROFILE", "ci")
-    targets = extra or ["tests", "labs"]
     # The slowest tests are named at the end, and the time of each group (tests/conftest.py), so that a CI run that
     # grows shows where its time went.
-    return subprocess.call([python, "-m", "pytest", "--nbval-lax", "--durations=20", *pytest_workers(), *targets],
-                           cwd=ROOT, env=env)
+    pytest = [python, "-m", "pytest", "--nbval-lax", "--durations=20"]
+    if extra:
+        return subprocess.call([*pytest, *extra], cwd=ROOT, env=env)
+    # The package and browser tests on two workers, then the labs under nbval one kernel at a time: a lab's checked
+    # outputs are compared with a run made alone, and its kernel then has the cores to itself.
+    first = subprocess.call([*pytest, *pytest_workers(), "tests"], cwd=ROOT, env=env)
+    second = subprocess.call([*pytest, "labs"], cwd=ROOT, env=env)
+    return first or second
 
 
 if __name__ == "__main__":
