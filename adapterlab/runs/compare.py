@@ -127,8 +127,6 @@ class Comparison:
             return f"{self.a} vs {self.b}: undecided, fewer than 2 seeds on a side ({self.seeds()})"
         elif self.interval_alone in ("ahead", "behind"):
             said = f"{self.a} vs {self.b} undecided in its family (the interval alone leaves out 0)"
-        elif self.interval_alone == "level":
-            said = f"{self.a} vs {self.b} undecided in its family (the interval alone lies within ±{m:.1f})"
         else:
             said = f"{self.a} vs {self.b} undecided (the interval holds 0 and gaps over ±{m:.1f}; " \
                 f"{self.power_words(m, unit)})"
