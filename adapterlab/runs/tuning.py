@@ -390,8 +390,9 @@ def tuned_rows(task: str, stores: list[RunStore], backbone: str, data_dir=None, 
 
 def budget_rows(task: str, stores: list[RunStore], backbone: str, data_dir=None) -> list[dict]:
     """The budget check (:data:`BUDGET_PROTOCOLS`): for each of :data:`BUDGET_POINTS`, its row at the standard
-    budget (``standard``, a :class:`~.reference.SeedRow` over :data:`BUDGET_SEEDS`, paired with the long runs) and at the long one (``long``), at the
-    rate the standard protocol selected, and seed 0's long validation curve."""
+    budget (``standard``, a :class:`~.reference.SeedRow` over :data:`BUDGET_SEEDS`, paired with the long runs)
+    and at the long one (``long``), at the rate the standard protocol selected, and seed 0's long validation
+    curve."""
     points = tuple(point for point in POINTS if point.label in BUDGET_POINTS)
     lookup = stored_lookup(task, stores, backbone, data_dir)
     _, _, selections = plan(PROTOCOLS[task], lookup, points)
@@ -453,12 +454,10 @@ def budget_table(rows: list[dict], task: str) -> str:
 
 def _short(verdict) -> str:
     """A verdict in a few words, the way round it reads, for a line under a table that must fit a slide."""
-    flip = verdict.verdict == "behind"
-    named = verdict.flipped() if flip else verdict
-    word = {"ahead": "ahead", "level": "level"}.get(named.verdict, "undecided")
-    lead = f"{named.a} {word}" + (f" of {named.b}" if word == "ahead" else f" with {named.b}" if word == "level"
-                                  else f" against {named.b}")
-    return f"{lead}, {100 * named.difference:+.1f} ({100 * named.low:+.1f} to {100 * named.high:+.1f})"
+    named = verdict.flipped() if verdict.verdict == "behind" else verdict
+    joined = {"ahead": "ahead of", "level": "level with"}.get(named.verdict, "undecided against")
+    d, low, high = (100 * x for x in (named.difference, named.low, named.high))
+    return f"{named.a} {joined} {named.b}, {d:+.1f} ({low:+.1f} to {high:+.1f})"
 
 
 def validation_curve(record: dict) -> list[tuple[int, float]]:
