@@ -9,8 +9,10 @@ takes, pip's own progress shown), and then:
   student has edited is never overwritten (``python -m adapterlab student`` keeps it and says so);
 * ``lab``  — for instructors: opens JupyterLab on labs/, the notebooks with their solutions
   (extra arguments go to ``jupyter lab``);
-* ``test`` — runs the package and browser tests on two workers, then every lab under nbval in the fast CI
-  profile, one kernel at a time (extra arguments go to pytest, e.g. ``python3 run.py test tests/test_adapter.py``). It first makes the
+* ``test`` — runs the package tests, the browser tests and every lab under nbval in the fast CI profile, on
+  two workers (each notebook in one kernel); ``test --full`` adds the exhaustive variants (a second screen
+  size, every student copy run to its last check); other extra arguments go to pytest, e.g.
+  ``python3 run.py test tests/test_adapter.py``, which runs all of that file. It first makes the
   reference adapter library's own environment, .venv-library (AdapterHub's ``adapters``, which pins another
   transformers than .venv holds), for the tests that load exported adapters in it; where that cannot be made,
   those tests are skipped and say why.
@@ -36,7 +38,7 @@ STAMP = VENV / "adapterlab-installed.txt"
 STUDENT_DIR = ROOT / "build" / "student"
 USAGE = """usage: python3 run.py lab --student   your copies of the labs, exercises to do (in build/student/)
        python3 run.py lab             the instructor's labs, with solutions (in labs/)
-       python3 run.py test            the tests
+       python3 run.py test            the tests (--full: with their exhaustive variants)
 Extra arguments go to jupyter lab or to pytest."""
 # The CPU build of this version lies on the build machines' disk; elsewhere pip takes the normal build.
 TORCH = "torch==2.13.0"
@@ -174,14 +176,16 @@ def main(argv: list[str]) -> int:
     # The slowest tests are named at the end, and the time of each group (tests/conftest.py), so that a CI run that
     # grows shows where its time went.
     pytest = [python, "-m", "pytest", "--nbval-lax", "--durations=20"]
+    full = "--full" in extra
+    if full:
+        extra.remove("--full")
     if extra:
         return subprocess.call([*pytest, *extra], cwd=ROOT, env=env)
-    # The package and browser tests on two workers, then the labs under nbval one kernel at a time: a lab's checked
-    # outputs are compared with a run made alone, and its kernel then has the cores to itself.
-    first = subprocess.call([*pytest, *pytest_workers(), "tests"], cwd=ROOT, env=env)
-    second = subprocess.call([*pytest, "labs"], cwd=ROOT, env=env)
-    return first or second
-
+    # The package tests, the browser tests and the labs under nbval in one session on two workers: each notebook
+    # runs top to bottom in one kernel on one worker, and the groups fill both cores. The exhaustive variants
+    # (marked full) only with --full.
+    selection = [] if full else ["-m", "not full"]
+    return subprocess.call([*pytest, *pytest_workers(), *selection, "tests", "labs"], cwd=ROOT, env=env)
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -832,22 +832,25 @@ def test_every_instructor_check_passes_and_is_compared_by_nbval(lab):
         assert "✔" in stdout(cell), f"check cell {check} of the committed lab printed no ✔: {stdout(cell)!r}"
 
 
-_RAN: dict = {}  # lab -> its fresh student copy, executed up to its last check (errors allowed), once a session
+_RAN: dict = {}  # lab -> its fresh student copy and the cells executed (errors allowed), once a session
 
 
-def student_copy_run(lab, tmp_path_factory, monkeypatch):
-    """(the fresh student copy, its cells executed up to the last check with errors allowed) in the CI profile.
-    Both tests below read the same run: a cell that raised is one where Run All would have stopped."""
-    if lab not in _RAN:
-        monkeypatch.setenv("ADAPTERLAB_PROFILE", "ci")
-        instructor = without_notes(nbformat.read(lab, as_version=4))  # cell for cell the copy
-        last = max(check for _, check in exercises_and_checks(instructor))
+def student_copy_run(lab, tmp_path_factory, monkeypatch, *, through: str = "last check"):
+    """(the fresh student copy, its cells executed with errors allowed) in the CI profile, ``through`` its last
+    check or its first exercise. The tests below read the same run: a cell that raised is one where Run All
+    would have stopped. A run through the last check serves a test that needs only the first exercise."""
+    monkeypatch.setenv("ADAPTERLAB_PROFILE", "ci")
+    instructor = without_notes(nbformat.read(lab, as_version=4))  # cell for cell the copy
+    pairs = exercises_and_checks(instructor)
+    last = max(check for _, check in pairs) if through == "last check" else min(exercise for exercise, _ in pairs)
+    if lab not in _RAN or len(_RAN[lab][1]) <= last:
         [result] = make_student_copies([str(lab)], tmp_path_factory.mktemp(lab.stem))
         student_copy = nbformat.read(result.path, as_version=4)
         _RAN[lab] = (student_copy, execute_until(student_copy, last, lab.parent))
     return _RAN[lab]
 
 
+@pytest.mark.full  # runs each copy through its last check, training cells included: python3 run.py test --full
 @pytest.mark.parametrize("lab", labs_with_exercises(), ids=lambda lab: lab.stem)
 def test_student_copy_reports_every_answer_missing(lab, tmp_path_factory, monkeypatch):
     """Run the student copy up to its last check: every stubbed exercise makes its check say, in plain words,
@@ -878,7 +881,7 @@ def test_run_all_stops_only_at_an_exercise_and_says_how_to_go_on(lab, tmp_path_f
     """Run All on a fresh student copy (CI profile): the first cell that fails is the first exercise, and it says
     in one line which answer is missing, that the cells below did not run, and how to go on from there. (Read
     from the run above: Run All stops at the first cell that raises, so no cell before it may raise.)"""
-    student_copy, ran = student_copy_run(lab, tmp_path_factory, monkeypatch)
+    student_copy, ran = student_copy_run(lab, tmp_path_factory, monkeypatch, through="first exercise")
     first = next(index for index, cell in enumerate(student_copy.cells) if "raise AnswerMissing(" in cell.source)
     instructor = without_notes(nbformat.read(lab, as_version=4)).cells[first]
     assert has_solution(instructor), f"cell {first} of the copy is not the instructor's exercise cell"
