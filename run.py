@@ -121,9 +121,11 @@ def ensure_library_environment() -> None:
 
 
 def pytest_workers() -> list[str]:
-    """Two pytest-xdist workers where the machine has two cores or more: each notebook, the browser tests and
-    each test file stay on one worker (tests/conftest.py groups them), and the groups share the two cores."""
-    return ["-n", "2", "--dist", "loadgroup"] if (os.cpu_count() or 1) >= 2 else []
+    """Two pytest-xdist workers where the machine has two cores or more. Each file stays on one worker
+    (``--dist loadfile``): a notebook's cells run top to bottom in one kernel, a test file's fixtures are made
+    once. (``loadgroup`` would group across files, but pytest-xdist 3.8 marks a group by rewriting a test's id,
+    which pytest 9 no longer reads, so its groups fall apart.)"""
+    return ["-n", "2", "--dist", "loadfile"] if (os.cpu_count() or 1) >= 2 else []
 
 
 def write_student_copies(python: str) -> int:

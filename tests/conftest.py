@@ -93,26 +93,6 @@ def toy_data_only(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
 
-def _worker_group(item) -> str:
-    """The group of tests one worker runs in order (``python3 run.py test`` runs two): a notebook's cells (nbval
-    runs them in one kernel, top to bottom), the browser tests of the decks (one export of the decks) and those
-    of JupyterLab, and each other test file (its module fixtures made once)."""
-    path = item.path
-    if path.suffix == ".ipynb":
-        return f"lab-{path.stem}"
-    if "browser" in path.parts:  # the decks (one export, one Chromium), or JupyterLab (one server)
-        return "browser-decks" if "slides" in path.stem else "browser-jupyterlab"
-    return path.stem
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist's ``--dist loadgroup``, give every test its worker group (see _worker_group)."""
-    if config.pluginmanager.hasplugin("xdist") and getattr(config.option, "dist", "no") == "loadgroup":
-        for item in items:
-            item.add_marker(pytest.mark.xdist_group(_worker_group(item)))
-
-
 def _reported_group(nodeid: str) -> str:
     path = nodeid.split("::")[0]
     if path.endswith(".ipynb"):

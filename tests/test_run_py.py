@@ -52,3 +52,22 @@ def test_a_platform_without_the_pinned_torch_gets_the_newest_with_the_same_annou
     commands = [command for command, _ in run_py.calls]
     assert run_py.TORCH in commands[0] and "torch>=2.2" in commands[1]
     assert "not available for this platform" in run_py.calls[1][1] and "[1/2] Installing PyTorch (torch>=2.2)" in run_py.calls[1][1]
+
+
+@pytest.mark.parametrize("extra, selected", [([], ["-m", "not full"]), (["--full"], [])])
+def test_the_tests_run_in_one_session_on_both_cores_and_full_adds_the_exhaustive_ones(run_py, monkeypatch, extra,
+                                                                                      selected):
+    """`run.py test` runs tests/ and labs/ in one pytest session, each file on one of two workers, leaving out the
+    tests marked full; `--full` keeps them. The marker must be one pytest knows (pyproject.toml)."""
+    calls = []
+    monkeypatch.setattr(run_py, "ensure_environment", lambda: None)
+    monkeypatch.setattr(run_py, "ensure_library_environment", lambda: None)
+    monkeypatch.setattr(run_py.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(run_py.subprocess, "call", lambda command, **_: calls.append(command) or 0)
+    assert run_py.main(["test", *extra]) == 0
+    [command] = calls
+    assert command[-2:] == ["tests", "labs"] and "--full" not in command
+    assert command[command.index("-n") + 1] == "2" and command[command.index("--dist") + 1] == "loadfile"
+    chosen = command.index("not full") - 1 if "not full" in command else None
+    assert (command[chosen:chosen + 2] if chosen else []) == selected
+    assert "full:" in (ROOT / "pyproject.toml").read_text()  # registered, so -m "not full" cannot match a typo

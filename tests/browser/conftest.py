@@ -83,16 +83,26 @@ SLIDES = REPO / "build" / "slides"
 
 
 @pytest.fixture(scope="session")
-def exported():
-    """Every lab's deck, exported once into build/slides (the instructor's folder), and each notebook as
-    read just before the export (labs may change while the tests run): ({lab stem: deck}, {lab stem: notebook})."""
+def exported(testrun_uid):
+    """Every lab's deck, exported once a test run into build/slides (the instructor's folder), and each notebook
+    as read when its deck was made: ({lab stem: deck}, {lab stem: notebook}). The test files that read the decks
+    may run on both pytest-xdist workers: the first to get here exports under a lock and stamps the folder with
+    the run's id; the other waits for it and reads the same decks."""
     import nbformat
+    from filelock import FileLock
 
     from adapterlab.labfiles import all_labs
     from adapterlab.slides import export_slides
 
-    notebooks = {lab.stem: nbformat.read(lab, as_version=4) for lab in all_labs()}
-    decks = {deck.name.removesuffix(".slides.html"): deck for deck in export_slides(None, SLIDES)}
+    SLIDES.mkdir(parents=True, exist_ok=True)
+    stamp = SLIDES / ".exported-by-test-run"
+    with FileLock(str(SLIDES / ".export.lock")):
+        notebooks = {lab.stem: nbformat.read(lab, as_version=4) for lab in all_labs()}
+        if stamp.exists() and stamp.read_text() == testrun_uid:
+            decks = {lab.stem: SLIDES / f"{lab.stem}.slides.html" for lab in all_labs()}
+        else:
+            decks = {deck.name.removesuffix(".slides.html"): deck for deck in export_slides(None, SLIDES)}
+            stamp.write_text(testrun_uid)
     return decks, notebooks
 
 
