@@ -89,10 +89,9 @@ def exported(testrun_uid):
     may run on both pytest-xdist workers: the first to get here exports under a lock and stamps the folder with
     the run's id; the other waits for it and reads the same decks."""
     import nbformat
-    from filelock import FileLock
-
     from adapterlab.labfiles import all_labs
     from adapterlab.slides import export_slides
+    from filelock import FileLock
 
     SLIDES.mkdir(parents=True, exist_ok=True)
     stamp = SLIDES / ".exported-by-test-run"
