@@ -595,12 +595,14 @@ def tune_command(args) -> int:
             return INTERRUPTED
     rows = tuning.tuned_rows(task, stores, args.backbone, args.data, points)
     print(tuning.tuned_table(rows, task))
-    print(tuning.tuned_claim_lines(rows))
+    print(tuning.tuned_claim_table(rows))
     sizes = [row for row in rows if row["method"] == "houlsby"]
     if len(sizes) > 1:
         print(tuning.knee(sorted(sizes, key=lambda row: row["seed_row"].config.bottleneck))[1])
     if all(label in {point.label for point in points} for label in tuning.BUDGET_POINTS):
-        print(tuning.budget_table(tuning.budget_rows(task, stores, args.backbone, args.data), task))
+        budget = tuning.budget_rows(task, stores, args.backbone, args.data)
+        print(tuning.budget_table(budget, task))
+        print(tuning.budget_verdict_table(budget))
     print(tuning.progress(task, tuning.stored_lookup(task, stores, args.backbone, args.data), points, command))
     return OK
 

@@ -139,6 +139,20 @@ def test_a_family_is_decided_by_holms_procedure():
     assert keyed["b"] is None and keyed["a"].family_size == 1 and keyed["a"].verdict == comparisons[4].verdict
 
 
+def test_an_interval_inside_the_margin_that_its_family_leaves_undecided_says_so():
+    """Level needs the equivalence test's adjusted p under 2.5 %: an interval inside ±1 point whose family
+    raises that p stays undecided, and its line must not claim the interval reaches past the margin."""
+    close = compare([0.861, 0.855, 0.866, 0.860], [0.860, 0.861, 0.857, 0.862], paired=False)
+    assert close.verdict == "level" and close.interval_alone == "level"
+    members = [close, *(compare([0.86, 0.87, 0.85], [0.86, 0.85, 0.87]) for _ in range(30))]
+    decided = family(members)[0]
+    assert decided.p_adjusted >= 0.025 and decided.verdict == "undecided"
+    assert -0.01 <= decided.low and decided.high <= 0.01
+    line = decided.describe()
+    assert "undecided in its family (the interval alone lies within ±1.0)" in line
+    assert "holds 0 and gaps over" not in line
+
+
 def test_a_fixed_value_is_compared_by_the_one_sample_interval():
     mcc = [0.048, 0.016, 0.032]                             # CoLA's head only against chance (MCC 0)
     verdict = compare(mcc, 0.0)

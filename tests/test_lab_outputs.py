@@ -50,3 +50,18 @@ def test_a_lab_is_found_by_its_number_with_or_without_the_zero():
     assert find_labs(["8"]) == find_labs(["08"]) == [next(lab for lab in labs if lab.name.startswith("08_"))]
     with pytest.raises(LabNotFoundError, match="not found"):
         find_labs(["42"])
+
+
+# lab 8 reads each of its two claims as a sentence, under its own question
+@pytest.mark.parametrize("lab", [lab for lab in all_labs() if not lab.stem.startswith("08_")], ids=lambda lab: lab.stem)
+def test_a_family_of_verdicts_is_shown_as_a_table(lab):
+    """Where a lab decides several verdicts together (Holm), it shows them as a verdict table (HTML in the
+    notebook and on the slide), never as a wall of sentences; a single verdict a lab reads word by word (one of
+    its family's, saying so) may stay a sentence."""
+    nb = nbformat.read(lab, as_version=4)
+    for index, cell in enumerate(nb.cells):
+        for output in cell.get("outputs", []):
+            text = output.get("text", "") or "".join(output.get("data", {}).get("text/plain", ""))
+            sentences = text.count("; Holm over ")
+            assert sentences <= 1 or "verdict-table" in "".join(output.get("data", {}).get("text/html", "")), \
+                f"cell {index} prints {sentences} verdicts of a family as sentences"

@@ -333,9 +333,10 @@ def test_a_claim_waits_for_every_seed():
             _row("LoRA r=8", ())]
     assert tuning.tuned_comparisons(rows) == {("full fine-tuning", "Houlsby r=64"): None,
                                               ("LoRA r=8", "Houlsby r=64"): None}
-    assert tuning.tuned_claim_lines(rows).splitlines() == [
-        "tuned, standard budget, full fine-tuning vs Houlsby r=64: not stored yet",
-        "tuned, standard budget, LoRA r=8 vs Houlsby r=64: not stored yet"]
+    table = tuning.tuned_claim_table(rows)
+    assert table.title == "tuned, standard budget"
+    assert [row[0] for row in table.rows()] == ["full fine-tuning vs Houlsby r=64", "LoRA r=8 vs Houlsby r=64"]
+    assert all(row[3] == "not stored yet" for row in table.rows())
 
 
 def test_the_table_shows_rates_spreads_and_the_paper_beside_ours():
@@ -402,14 +403,16 @@ def test_the_budget_table_reads_each_method_long_against_standard_and_the_pair_a
     verdicts = tuning.budget_verdicts(rows)
     alone = verdicts["Houlsby r=64", "long against standard"]
     assert (alone.low, alone.high) == pytest.approx((interval.low, interval.high))
-    said = "ahead of standard" if alone.verdict == "ahead" else "undecided against standard"
-    assert f"Houlsby r=64, long against standard: long {said}, +2.5 ({100 * interval.low:+.1f} to " \
-           f"{100 * interval.high:+.1f})" in text
+    table = tuning.budget_verdict_table(rows)
+    by_row = {row[0]: row for row in table.rows()}
+    houlsby = by_row["Houlsby r=64: long vs standard"]
+    assert houlsby[1:3] == ("+2.5", f"{100 * interval.low:+.1f} to {100 * interval.high:+.1f}")
+    assert houlsby[3] == ("long ahead" if alone.verdict == "ahead" else "undecided")
     # the pair at the long budget: the paired interval holds 0 and gaps over a point
     pair = stats.ttest_rel(long["full fine-tuning"], long["Houlsby r=64"]).confidence_interval()
     assert pair.low < 0 < pair.high and max(-pair.low, pair.high) > 0.01
-    assert "at the long budget: full fine-tuning undecided against Houlsby r=64" in text
-    assert lines[-1].startswith("each verdict paired by seed, the 4 decided as one family (Holm)")
+    assert by_row["long budget: full fine-tuning vs Houlsby r=64"][3] == "undecided"
+    assert "Holm over 4 verdicts" in table.footer()
     verdicts = list(tuning.budget_verdicts(rows).values())
     assert all(v.paired and v.family_size == 4 for v in verdicts)
     assert [v.p_adjusted for v in verdicts] == pytest.approx(list(holm([v.p_value for v in verdicts])))

@@ -127,6 +127,8 @@ class Comparison:
             return f"{self.a} vs {self.b}: undecided, fewer than 2 seeds on a side ({self.seeds()})"
         elif self.interval_alone in ("ahead", "behind"):
             said = f"{self.a} vs {self.b} undecided in its family (the interval alone leaves out 0)"
+        elif self.interval_alone == "level":
+            said = f"{self.a} vs {self.b} undecided in its family (the interval alone lies within ±{m:.1f})"
         else:
             said = f"{self.a} vs {self.b} undecided (the interval holds 0 and gaps over ±{m:.1f}; " \
                 f"{self.power_words(m, unit)})"
@@ -229,12 +231,6 @@ def family(comparisons) -> list:
         decided[id(c)] = replace(c, verdict=verdict, family_size=len(present), p_adjusted=float(p))
     out = [None if item is None else decided[id(item)] for item in items]
     return dict(zip(keys, out)) if keys is not None else out
-
-
-def family_lines(comparisons, indent: str = "") -> str:
-    """The comparisons decided as one family (:func:`family`), one :meth:`Comparison.describe` line each: how
-    a lab prints the verdicts it draws from one table or figure."""
-    return "\n".join(indent + verdict.describe() for verdict in family(list(comparisons)))
 
 
 def holm(p_values) -> np.ndarray:

@@ -44,6 +44,7 @@ from .compare import compare, family
 from .leases import Leases
 from .reference import seed_row
 from .store import RunStore, find, run_key, run_or_load
+from .verdict_table import VerdictTable
 
 #: Seeds of the reported runs; the grid is searched on the first.
 SEEDS = (0, 1, 2)
@@ -432,8 +433,8 @@ def budget_verdicts(rows: list[dict]) -> dict:
 
 
 def budget_table(rows: list[dict], task: str) -> str:
-    """:func:`budget_rows` as text: each method's dev mean ± spread at the standard budget and the long one, then,
-    under the table (so that it stays narrow enough for a slide), the family of :func:`budget_verdicts`."""
+    """:func:`budget_rows` as text: each method's dev mean ± spread at the standard budget and at the long one
+    (narrow enough for a slide); its verdicts are :func:`budget_verdict_table`."""
     metric = "MCC" if task == "cola" else "accuracy"
     lines = [f"{'point':<18} {'standard budget':>24} {'long budget':>24}"]
     for row in rows:
@@ -443,21 +444,16 @@ def budget_table(rows: list[dict], task: str) -> str:
     seeds = f"{BUDGET_SEEDS[0]}-{BUDGET_SEEDS[-1]}"
     lines.append(f"dev {metric} ×100, mean ± sample spread over seeds {seeds}, each method at the rate the standard "
                  "protocol selected")
-    verdicts = budget_verdicts(rows)
-    for (subject, what), verdict in verdicts.items():
-        said = _short(verdict) if verdict is not None else "not stored yet"
-        lines.append(f"{subject}, {what}: {said}" if subject != "the pair" else f"{what}: {said}")
-    lines.append(f"each verdict paired by seed, the {len(verdicts)} decided as one family (Holm); difference and 95 % "
-                 "interval in points")
     return "\n".join(lines)
 
 
-def _short(verdict) -> str:
-    """A verdict in a few words, the way round it reads, for a line under a table that must fit a slide."""
-    named = verdict.flipped() if verdict.verdict == "behind" else verdict
-    joined = {"ahead": "ahead of", "level": "level with"}.get(named.verdict, "undecided against")
-    d, low, high = (100 * x for x in (named.difference, named.low, named.high))
-    return f"{named.a} {joined} {named.b}, {d:+.1f} ({low:+.1f} to {high:+.1f})"
+def budget_verdict_table(rows: list[dict]) -> VerdictTable:
+    """The budget check's verdicts (:func:`budget_verdicts`, one family) as a table, each row naming the budget."""
+    verdicts = budget_verdicts(rows)
+    pair = " vs ".join(BUDGET_POINTS[::-1])  # as budget_verdicts compares them
+    labels = [f"{what.removeprefix('at the ')}: {pair}" if subject == "the pair" else f"{subject}: long vs standard"
+              for subject, what in verdicts]
+    return VerdictTable(tuple(verdicts.values()), tuple(labels), title="the budget check, paired by seed")
 
 
 def validation_curve(record: dict) -> list[tuple[int, float]]:
@@ -588,12 +584,11 @@ def tuned_comparisons(rows: list[dict], pairs=None) -> dict:
             for pair in wanted}
 
 
-def tuned_claim_lines(rows: list[dict], pairs=None) -> str:
-    """One line per claim: its verdict in words with the interval behind it, or "not stored yet"; each says that
-    it holds at the standard budget (the budget check trains the headline pair longer)."""
-    said = "tuned, standard budget,"
-    return "\n".join(f"{said} {a} vs {b}: not stored yet" if verdict is None else f"{said} {verdict.describe()}"
-                     for (a, b), verdict in tuned_comparisons(rows, pairs).items())
+def tuned_claim_table(rows: list[dict], pairs=None, title: str = "tuned, standard budget") -> VerdictTable:
+    """:func:`tuned_comparisons` as a table whose title says the verdicts hold at the standard budget (the
+    budget check trains the headline pair longer); a pair not stored yet says so in its row."""
+    verdicts = tuned_comparisons(rows, pairs)
+    return VerdictTable(tuple(verdicts.values()), tuple(f"{a} vs {b}" for a, b in verdicts), title=title)
 
 
 def knee(rows: list[dict]) -> tuple[dict | None, str]:

@@ -115,7 +115,7 @@ def output_height(output) -> int:
         return _png_height(data["image/png"]) + 8
     if "text/html" in data:
         html = "".join(data["text/html"])
-        return max(1, html.count("<tr")) * TEXT_LINE_PX + 8
+        return (max(1, html.count("<tr")) + html.count("<caption") + html.count("verdict-footer")) * TEXT_LINE_PX + 8
     if "text/markdown" in data:
         return _wrapped_lines("".join(data["text/markdown"]), TEXT_CHARS) * TEXT_LINE_PX
     if "text/plain" in data:
@@ -700,7 +700,7 @@ def _split_outputs(cell):
     (on a slide that opens with a heading: a cell split off a slide gets one repeated above it)."""
     if cell_height(cell) <= SLIDE_BUDGET_PX - LABEL_PX or not cell.get("outputs"):
         return [cell]
-    outputs, cell.outputs = [piece for output in cell.outputs for piece in _stream_pages(output)], []
+    outputs, cell.outputs = [piece for output in cell.outputs for piece in _table_pages(output) or _stream_pages(output)], []
     shows_code = bool(cell.source) and not cell.metadata.get("transient", {}).get("remove_source")
     pieces, used = [cell], LABEL_PX + cell_height(cell)
     for output in outputs:
@@ -730,6 +730,32 @@ def _stream_pages(output) -> list:
         used += height
     pages.append("".join(lines))
     return [_with_text(output, text) for text in pages]
+
+
+_HTML_TABLE = re.compile(r"(?s)^(<table[^>]*>)(<caption>.*?</caption>)?(<thead>.*?</thead>)?<tbody>(.*)</tbody></table>(.*)$")
+
+
+def _table_pages(output) -> list:
+    """An HTML table taller than a slide (a family of verdicts), cut between rows into tables that each fit
+    one, as even as can be: each page repeats the header, the caption stays on the first and what follows the
+    table (its footer) on the last. A table is never cut inside a row."""
+    html = "".join(output.get("data", {}).get("text/html", "")) if output.get("output_type") != "stream" else ""
+    found = _HTML_TABLE.match(html)
+    if not found or output_height(output) <= SLIDE_BUDGET_PX - LABEL_PX - CELL_GAP_PX:
+        return []
+    opening, caption, head, body, after = (part or "" for part in found.groups())
+    rows = re.findall(r"(?s)<tr>.*?</tr>", body)
+    room = max(1, (SLIDE_BUDGET_PX - LABEL_PX - CELL_GAP_PX - 8) // TEXT_LINE_PX - 2)  # less a header and a footer
+    count = -(-len(rows) // room)
+    pages, first = [], 0
+    for number in range(count):
+        size = len(rows) // count + (number < len(rows) % count)
+        page = copy.deepcopy(output)
+        page["data"] = {"text/html": opening + (caption if number == 0 else "") + head + "<tbody>"
+                        + "".join(rows[first:first + size]) + "</tbody></table>" + (after if number == count - 1 else "")}
+        pages.append(page)
+        first += size
+    return pages
 
 
 def _with_text(output, text: str):

@@ -1,0 +1,123 @@
+"""Verdicts shown as a table: what is compared, the difference, its 95 % interval, the verdict and the seeds.
+
+A lab that draws several verdicts from one table or figure shows them as one table, an HTML table in the
+notebook and on the slide and aligned columns in a terminal, rather than as one long sentence each:
+the verdicts can be read down a column and compared. :meth:`~.compare.Comparison.describe` keeps the full
+sentence for the verdict a lab reads word by word (lab 7 teaches how).
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+
+from .compare import POWER, Comparison, family
+
+COLUMNS = ("compared", "difference", "95 % interval", "verdict", "seeds")
+
+
+def _verdict_words(verdict: Comparison) -> str:
+    if verdict.verdict == "ahead":
+        return f"{verdict.a} ahead"
+    if verdict.verdict == "behind":
+        return f"{verdict.b} ahead"
+    if verdict.verdict == "level":
+        return "level"
+    if verdict.family_size > 1 and verdict.interval_alone != "undecided":
+        return "undecided in the family"
+    return "undecided"
+
+
+@dataclass(frozen=True)
+class VerdictTable:
+    """Verdicts already decided (alone, or together by :func:`~.compare.family`), one row each; a None
+    verdict is a comparison whose runs are not stored yet (``labels`` names it)."""
+
+    verdicts: tuple
+    labels: tuple = ()  # what each row compares, where "a vs b" would not say it (a budget, a verdict not stored)
+    title: str = ""
+    scale: float = 100.0  # differences and intervals are shown ×100: points of accuracy or of MCC
+
+    def _label(self, index: int, verdict: Comparison | None) -> str:
+        if index < len(self.labels) and self.labels[index]:
+            return self.labels[index]
+        return "—" if verdict is None else f"{verdict.a} vs {verdict.b}"
+
+    def rows(self) -> list[tuple[str, ...]]:
+        """Each verdict as the table's cells (strings), in :data:`COLUMNS` order, with the seeds that would
+        settle an undecided one last where any row is undecided."""
+        rows = []
+        for index, verdict in enumerate(self.verdicts):
+            if verdict is None:
+                rows.append((self._label(index, None), "", "", "not stored yet", ""))
+                continue
+            d, lo, hi = (self.scale * x for x in (verdict.difference, verdict.low, verdict.high))
+            seeds = f"{verdict.n_a} paired" if verdict.paired else \
+                str(verdict.n_a) if verdict.n_b is None or verdict.n_b == verdict.n_a else f"{verdict.n_a} and {verdict.n_b}"
+            rows.append((self._label(index, verdict), f"{d:+.1f}", f"{lo:+.1f} to {hi:+.1f}",
+                         _verdict_words(verdict), seeds))
+        if any(verdict is not None and verdict.verdict == "undecided" for verdict in self.verdicts):
+            rows = [(*row, self._settle(verdict)) for row, verdict in zip(rows, self.verdicts)]
+        return rows
+
+    @staticmethod
+    def _settle(verdict: Comparison | None) -> str:
+        if verdict is None or verdict.verdict != "undecided" or verdict.n_a < 2:
+            return ""
+        return "over 100" if verdict.seeds_for_power is None else str(verdict.seeds_for_power)
+
+    def header(self) -> tuple[str, ...]:
+        rows = self.rows()
+        settle = "seeds needed"
+        return COLUMNS + ((settle,) if rows and len(rows[0]) > len(COLUMNS) else ())
+
+    def _margin(self) -> float:
+        return next((self.scale * v.margin for v in self.verdicts if v is not None), 1.0)
+
+    def footer(self) -> str:
+        """One line on how to read the table: the sign of the difference, the margin, the family."""
+        decided = [verdict for verdict in self.verdicts if verdict is not None]
+        size = max((verdict.family_size for verdict in decided), default=1)
+        parts = ["difference: the first minus the second, in points", f"level: the interval inside ±{self._margin():.1f}"]
+        if size > 1:
+            parts.append(f"decided together, Holm over {size} verdicts")
+        if len(self.header()) > len(COLUMNS):
+            parts.append(f"seeds needed: per setting, to find a true gap of {self._margin():.1f} {round(10 * POWER)} times in 10")
+        return "; ".join(parts)
+
+    def __str__(self) -> str:
+        table = [self.header(), *self.rows()]
+        widths = [max(len(row[c]) for row in table) for c in range(len(table[0]))]
+        lines = ["  ".join(cell.ljust(width) if c in (0, 3) else cell.rjust(width)
+                           for c, (cell, width) in enumerate(zip(row, widths))).rstrip() for row in table]
+        return "\n".join(([self.title] if self.title else []) + lines + [self.footer()])
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        def cell(tag: str, value: str, c: int) -> str:
+            numeric = ' class="deck-number"' if tag == "td" and c not in (0, 3) else ""
+            return f"<{tag}{numeric}>{html.escape(value)}</{tag}>"
+
+        head = "".join(cell("th", value, c) for c, value in enumerate(self.header()))
+        body = "".join("<tr>" + "".join(cell("td", value, c) for c, value in enumerate(row)) + "</tr>"
+                       for row in self.rows())
+        caption = f"<caption>{html.escape(self.title)}</caption>" if self.title else ""
+        return (f'<table class="deck-table verdict-table">{caption}<thead><tr>{head}</tr></thead>'
+                f'<tbody>{body}</tbody></table><p class="verdict-footer"><small>{html.escape(self.footer())}'
+                "</small></p>")
+
+
+def verdict_table(comparisons, title: str = "") -> VerdictTable:
+    """The comparisons (a list, or a dict whose keys name the rows; None for one not stored yet) decided as one
+    family (:func:`~.compare.family`), as a table."""
+    if isinstance(comparisons, dict):
+        return decided_table(family(comparisons), title)
+    return VerdictTable(tuple(family(list(comparisons))), title=title)
+
+
+def decided_table(verdicts, title: str = "") -> VerdictTable:
+    """Verdicts already decided (by :func:`~.compare.family`, or a lab's tuned-table family) as a table, a list
+    or the values of a dict, each row naming its two sides."""
+    values = verdicts.values() if isinstance(verdicts, dict) else verdicts
+    return VerdictTable(tuple(values), title=title)

@@ -1,0 +1,132 @@
+"""Verdicts as a table: the numbers are the comparisons' own, read the way round they are said, and the table
+reads the same as HTML, as text and, cut over slides, on the deck."""
+
+from html.parser import HTMLParser
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from adapterlab.runs.compare import compare, family
+from adapterlab.runs.verdict_table import (
+    COLUMNS,
+    VerdictTable,
+    decided_table,
+    verdict_table,
+)
+from adapterlab.teaching.instructor.slide_layout import (
+    LABEL_PX,
+    SLIDE_BUDGET_PX,
+    _split_outputs,
+    output_height,
+    text_table_rows,
+)
+
+
+class Cells(HTMLParser):
+    """The text of every th/td of an HTML table, row by row (an independent reading of the markup)."""
+
+    def __init__(self):
+        super().__init__()
+        self.rows, self._cell = [], None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "tr":
+            self.rows.append([])
+        elif tag in ("td", "th"):
+            self._cell = ""
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th"):
+            self.rows[-1].append(self._cell)
+            self._cell = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell += data
+
+
+def cells(html: str) -> list[list[str]]:
+    parser = Cells()
+    parser.feed(html)
+    return parser.rows
+
+
+RNG = np.random.default_rng(11)
+A, B, C = (RNG.normal(mean, 0.004, 5) for mean in (0.86, 0.90, 0.861))
+
+
+def test_each_row_holds_the_difference_and_the_interval_scipy_gives_and_names_the_one_ahead():
+    table = decided_table([compare(A, B, names=("adapters", "full"), paired=True),
+                           compare(A, C, names=("adapters", "LoRA"), paired=True)])
+    behind, close = table.rows()
+    paired = stats.ttest_rel(A, B).confidence_interval(0.95)  # same five seeds on both sides: read paired
+    assert behind[0] == "adapters vs full" and behind[1] == f"{100 * (A.mean() - B.mean()):+.1f}"
+    assert behind[2] == f"{100 * paired.low:+.1f} to {100 * paired.high:+.1f}"
+    assert behind[3] == "full ahead" and behind[4] == "5 paired"
+    welch = compare(list(A), list(C[:4]), names=("adapters", "LoRA"))
+    assert decided_table([welch]).rows()[0][4] == "5 and 4"
+    assert close[3] in ("level", "undecided")
+
+
+def test_a_family_table_holds_the_verdicts_holm_decides_and_says_so():
+    comparisons = [compare(RNG.normal(0.86 + gap, 0.01, 5), RNG.normal(0.86, 0.01, 5), names=(f"gap {gap}", "base"))
+                   for gap in (0.0, 0.004, 0.012, 0.03, 0.0, 0.015)]
+    table = verdict_table(comparisons)
+    decided = family(comparisons)
+    words = {"ahead": lambda v: f"{v.a} ahead", "behind": lambda v: f"{v.b} ahead", "level": lambda v: "level"}
+    for row, verdict in zip(table.rows(), decided):
+        expected = words.get(verdict.verdict, lambda v: None)(verdict)
+        assert row[3] == expected if expected else row[3].startswith("undecided")
+    assert "Holm over 6 verdicts" in table.footer()
+    fallen = [row for row, c, d in zip(table.rows(), comparisons, decided) if c.decided and not d.decided]
+    assert fallen and all(row[3] == "undecided in the family" for row in fallen)  # this draw has one that falls
+
+
+def test_an_undecided_row_says_how_many_seeds_would_settle_it_and_a_missing_one_says_not_stored():
+    wide = compare(RNG.normal(0.86, 0.02, 3), RNG.normal(0.86, 0.02, 3), names=("r=8", "r=64"))
+    assert wide.verdict == "undecided"
+    table = VerdictTable((None, wide), ("r=2 vs r=64",))
+    header, (missing, undecided) = table.header(), table.rows()
+    assert header[:5] == COLUMNS and header[5] == "seeds needed" and "a true gap of 1.0 8 times in 10" in table.footer()
+    assert missing[0] == "r=2 vs r=64" and missing[3] == "not stored yet"
+    assert undecided[5] == (str(wide.seeds_for_power) if wide.seeds_for_power else "over 100")
+
+
+def test_the_html_and_the_text_hold_the_same_cells():
+    table = verdict_table([compare(A, B, names=("Houlsby r=64", "full fine-tuning")),
+                           compare(C, B, names=("LoRA r=8", "full fine-tuning")),
+                           compare(A, C, names=("Houlsby r=64", "LoRA r=8"))], title="tuned, SST-2")
+    expected = [list(table.header()), *map(list, table.rows())]
+    assert cells(table._repr_html_()) == expected
+    text = str(table).splitlines()
+    assert text[0] == "tuned, SST-2" and text[-1] == table.footer()
+    assert text_table_rows(text[1:-1]) == expected  # the deck's own reader of fixed-width tables agrees
+
+
+def test_a_family_taller_than_a_slide_is_cut_between_rows_and_each_part_fits():
+    import nbformat
+
+    comparisons = [compare(RNG.normal(0.86, 0.01, 5), RNG.normal(0.86, 0.01, 5), names=(f"point {i}", "reference"))
+                   for i in range(31)]
+    table = verdict_table(comparisons)
+    output = nbformat.v4.new_output("display_data", data={"text/html": table._repr_html_(), "text/plain": str(table)})
+    cell = nbformat.v4.new_code_cell("table", outputs=[output])
+    cell.metadata["transient"] = {"remove_source": True}
+    pieces = _split_outputs(cell)
+    pages = [output for piece in pieces for output in piece.outputs]
+    assert len(pages) >= 3
+    read = [cells("".join(page["data"]["text/html"])) for page in pages]
+    assert all(rows[0] == list(table.header()) for rows in read)  # the header on every page
+    assert [row for rows in read for row in rows[1:]] == [list(row) for row in table.rows()]  # every row once, in order
+    sizes = [len(rows) - 1 for rows in read]
+    assert max(sizes) - min(sizes) <= 1
+    assert all(output_height(page) <= SLIDE_BUDGET_PX - LABEL_PX for page in pages)
+    assert "verdict-footer" in "".join(pages[-1]["data"]["text/html"])
+    assert not any("verdict-footer" in "".join(page["data"]["text/html"]) for page in pages[:-1])
+
+
+@pytest.mark.parametrize("verdicts", [[], [None]])
+def test_a_table_of_nothing_stored_still_reads(verdicts):
+    table = decided_table(verdicts)
+    assert str(table).splitlines()[0].startswith("compared")
