@@ -175,6 +175,8 @@ def main(argv: list[str]) -> int:
     library.join()
     env = dict(os.environ)
     env.setdefault("ADAPTERLAB_PROFILE", "ci")
+    if pytest_workers():  # one torch thread a worker: two workers of two threads each on two cores slow the
+        env.setdefault("OMP_NUM_THREADS", "1")  # labs 2.4-fold (their cells: 20 min summed, against 8 min)
     # The slowest tests are named at the end, and the time of each group (tests/conftest.py), so that a CI run that
     # grows shows where its time went.
     pytest = [python, "-m", "pytest", "--nbval-lax", "--durations=20"]

@@ -59,11 +59,12 @@ def test_the_tests_run_in_one_session_on_both_cores_and_full_adds_the_exhaustive
                                                                                       selected):
     """`run.py test` runs tests/ and labs/ in one pytest session, each file on one of two workers, leaving out the
     tests marked full; `--full` keeps them. The marker must be one pytest knows (pyproject.toml)."""
-    calls = []
+    calls, envs = [], []
     monkeypatch.setattr(run_py, "ensure_environment", lambda: None)
     monkeypatch.setattr(run_py, "ensure_library_environment", lambda: None)
     monkeypatch.setattr(run_py.os, "cpu_count", lambda: 2)
-    monkeypatch.setattr(run_py.subprocess, "call", lambda command, **_: calls.append(command) or 0)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(run_py.subprocess, "call", lambda command, **kw: calls.append(command) or envs.append(kw["env"]) or 0)
     assert run_py.main(["test", *extra]) == 0
     [command] = calls
     assert command[-2:] == ["tests", "labs"] and "--full" not in command
@@ -71,3 +72,4 @@ def test_the_tests_run_in_one_session_on_both_cores_and_full_adds_the_exhaustive
     chosen = command.index("not full") - 1 if "not full" in command else None
     assert (command[chosen:chosen + 2] if chosen else []) == selected
     assert "full:" in (ROOT / "pyproject.toml").read_text()  # registered, so -m "not full" cannot match a typo
+    assert envs[0]["OMP_NUM_THREADS"] == "1"  # one torch thread a worker, two workers on two cores

@@ -66,6 +66,8 @@ def test_each_row_holds_the_difference_and_the_interval_scipy_gives_and_names_th
     assert behind[3] == "full ahead" and behind[4] == "5 paired"
     welch = compare(list(A), list(C[:4]), names=("adapters", "LoRA"))
     assert decided_table([welch]).rows()[0][4] == "5 and 4"
+    assert "the first side's and the second's" in decided_table([welch]).footer()
+    assert "the first side's" not in table.footer()
     assert close[3] in ("level", "undecided")
 
 
@@ -81,6 +83,8 @@ def test_a_family_table_holds_the_verdicts_holm_decides_and_says_so():
     assert "Holm over 6 verdicts" in table.footer()
     fallen = [row for row, c, d in zip(table.rows(), comparisons, decided) if c.decided and not d.decided]
     assert fallen and all(row[3] == "undecided in the family" for row in fallen)  # this draw has one that falls
+    assert "undecided in the family: decided alone, not after Holm's correction" in table.footer()
+    assert "undecided in the family" not in decided_table(comparisons).footer()  # alone, nothing falls
 
 
 def test_an_undecided_row_says_how_many_seeds_would_settle_it_and_a_missing_one_says_not_stored():
@@ -88,7 +92,7 @@ def test_an_undecided_row_says_how_many_seeds_would_settle_it_and_a_missing_one_
     assert wide.verdict == "undecided"
     table = VerdictTable((None, wide), ("r=2 vs r=64",))
     header, (missing, undecided) = table.header(), table.rows()
-    assert header[:5] == COLUMNS and header[5] == "seeds needed" and "a true gap of 1.0 8 times in 10" in table.footer()
+    assert header[:5] == COLUMNS and header[5] == "seeds needed" and "a true gap of 1.0 with 80 % power" in table.footer()
     assert missing[0] == "r=2 vs r=64" and missing[3] == "not stored yet"
     assert undecided[5] == (str(wide.seeds_for_power) if wide.seeds_for_power else "over 100")
 

@@ -75,14 +75,22 @@ class VerdictTable:
         return next((self.scale * v.margin for v in self.verdicts if v is not None), 1.0)
 
     def footer(self) -> str:
-        """One line on how to read the table: the sign of the difference, the margin, the family."""
+        """How to read the table, in one line: the sign of the difference, the margin, and only what its rows
+        need besides (the family, a verdict the family undid, unpaired seeds, the seeds needed)."""
         decided = [verdict for verdict in self.verdicts if verdict is not None]
         size = max((verdict.family_size for verdict in decided), default=1)
-        parts = ["difference: the first minus the second, in points", f"level: the interval inside ±{self._margin():.1f}"]
+        words = [row[3] for row in self.rows()]
+        parts = ["difference: the first minus the second, in points (×100)",
+                 f"level: the interval inside ±{self._margin():.1f}"]
         if size > 1:
-            parts.append(f"decided together, Holm over {size} verdicts")
+            parts.append(f"decided together, Holm over {size} verdicts; each interval is its comparison's own")
+        if "undecided in the family" in words:
+            parts.append("undecided in the family: decided alone, not after Holm's correction")
+        if any(not verdict.paired and verdict.n_b is not None and verdict.n_b != verdict.n_a for verdict in decided):
+            parts.append('seeds "5 and 3": the first side\'s and the second\'s')
         if len(self.header()) > len(COLUMNS):
-            parts.append(f"seeds needed: per setting, to find a true gap of {self._margin():.1f} {round(10 * POWER)} times in 10")
+            parts.append(f"seeds needed: per setting, for this comparison alone to find a true gap of "
+                         f"{self._margin():.1f} with {round(100 * POWER)} % power (a family needs more)")
         return "; ".join(parts)
 
     def __str__(self) -> str:
