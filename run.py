@@ -186,7 +186,7 @@ def main(argv: list[str]) -> int:
     if extra:
         return subprocess.call([*pytest, *extra], cwd=ROOT, env=env)
     # The package tests, the browser tests and the labs under nbval in one session on two workers: each notebook
-    # runs top to bottom in one kernel on one worker, and the groups fill both cores. The exhaustive variants
+    # runs top to bottom in one kernel on one worker, and the files fill both cores. The exhaustive variants
     # (marked full) only with --full.
     selection = [] if full else ["-m", "not full"]
     return subprocess.call([*pytest, *pytest_workers(), *selection, "tests", "labs"], cwd=ROOT, env=env)

@@ -23,7 +23,7 @@ def _verdict_words(verdict: Comparison) -> str:
         return f"{verdict.b} ahead"
     if verdict.verdict == "level":
         return "level"
-    if verdict.family_size > 1 and verdict.interval_alone != "undecided":
+    if verdict.interval_alone != "undecided":  # decided alone: only its family's correction can undo that
         return "undecided in the family"
     return "undecided"
 
@@ -117,15 +117,11 @@ class VerdictTable:
 
 
 def verdict_table(comparisons, title: str = "") -> VerdictTable:
-    """The comparisons (a list, or a dict whose keys name the rows; None for one not stored yet) decided as one
-    family (:func:`~.compare.family`), as a table."""
-    if isinstance(comparisons, dict):
-        return decided_table(family(comparisons), title)
-    return VerdictTable(tuple(family(list(comparisons))), title=title)
+    """The comparisons decided as one family (:func:`~.compare.family`), as a table."""
+    return decided_table(family(list(comparisons)), title)
 
 
 def decided_table(verdicts, title: str = "") -> VerdictTable:
-    """Verdicts already decided (by :func:`~.compare.family`, or a lab's tuned-table family) as a table, a list
-    or the values of a dict, each row naming its two sides."""
-    values = verdicts.values() if isinstance(verdicts, dict) else verdicts
-    return VerdictTable(tuple(values), title=title)
+    """Verdicts already decided (by :func:`~.compare.family`, or a lab's tuned-table family) as a table, each
+    row naming its two sides."""
+    return VerdictTable(tuple(verdicts), title=title)
