@@ -144,6 +144,18 @@ def test_cola_layout_bare_quotes_and_no_final_newline(tmp_path):
     assert texts == ['He said "hi.', "Him left."] and labels == [1, 0]
 
 
+def test_a_file_changed_on_disk_is_read_again_and_a_caller_cannot_change_the_next_read(tmp_path):
+    """The parse is kept between reads of an unchanged file: a file rewritten in place (same name) is read
+    afresh, and a caller that edits the lists it got does not change what the next caller gets."""
+    path = write(tmp_path / "CoLA" / "dev.tsv", "gj04\t1\t\tA cat sat.\n")
+    texts, labels = data.read_glue_tsv(path, "cola")
+    texts.append("edited by a caller")
+    labels[0] = 0
+    assert data.read_glue_tsv(path, "cola") == (["A cat sat."], [1])
+    write(path.parent / "dev.tsv", "gj04\t0\t*\tCat the sat.\ngj04\t1\t\tThe cat sat down.\n")
+    assert data.read_glue_tsv(path, "cola") == (["Cat the sat.", "The cat sat down."], [0, 1])
+
+
 def test_sentence_pairs_and_string_labels(tmp_path):
     write(tmp_path / "RTE" / "train.tsv",
           "index\tsentence1\tsentence2\tlabel\n0\tA cat sat.\tA cat.\tentailment\n1\tA dog.\tA cat.\tnot_entailment\n")

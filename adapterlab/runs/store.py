@@ -57,7 +57,7 @@ def data_fingerprint(*splits: Split) -> str:
     """A short hash of the exact rows (texts and labels, in order) of the given splits."""
     digest = hashlib.sha256()
     for split in splits:
-        digest.update(json.dumps([split.task.name, split.split, split.texts, split.labels]).encode())
+        digest.update(split.encoded_rows)
     return digest.hexdigest()[:16]
 
 

@@ -25,6 +25,7 @@ import dataclasses
 import functools
 import hashlib
 import itertools
+import json
 import os
 import random
 import warnings
@@ -150,6 +151,13 @@ class Split:
     def __len__(self) -> int:
         return len(self.labels)
 
+    @functools.cached_property
+    def encoded_rows(self) -> bytes:
+        """The rows (texts and labels, in order) with the task and split, as the run keys hash them: encoded
+        once, since a split's rows are never changed after it is made and a sweep's lookups hash them hundreds
+        of times."""
+        return json.dumps([self.task.name, self.split, self.texts, self.labels]).encode()
+
     def label_counts(self) -> dict[str, int]:
         counts = collections.Counter(self.labels)
         return {name: counts.get(i, 0) for i, name in enumerate(self.task.label_names)}
@@ -205,6 +213,15 @@ def read_glue_tsv(path: str | os.PathLike, task: str | TaskSpec) -> tuple[list, 
             f"{spec.glue_folder}/dev.tsv, e.g. `export {DATA_ENV}=/path/to/glue_data`",
             path,
         )
+    stat = path.stat()
+    texts, labels = _read_glue_rows(path.resolve(), stat.st_mtime_ns, stat.st_size, spec)
+    return list(texts), list(labels)
+
+
+@functools.lru_cache(maxsize=8)
+def _read_glue_rows(path: Path, mtime_ns: int, size: int, spec: TaskSpec) -> tuple[tuple, tuple]:
+    """:func:`read_glue_tsv`'s parse, kept while the file is unchanged (its time and size are in the key): a
+    sweep's lookups read the same file for every seed."""
     try:
         text = path.read_bytes().decode("utf-8-sig")  # MRPC's GLUE files start with a byte-order mark
     except UnicodeDecodeError as error:
@@ -245,7 +262,7 @@ def read_glue_tsv(path: str | os.PathLike, task: str | TaskSpec) -> tuple[list, 
         raise DataError("no data rows after the header", path)
     if not any(map(any, texts) if spec.is_pair else texts):
         raise DataError("every row's text is empty, so there is nothing to learn from; check the file's columns", path)
-    return texts, labels
+    return tuple(texts), tuple(labels)
 
 
 OWN_PREFIX = "own-"
