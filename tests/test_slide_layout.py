@@ -48,6 +48,8 @@ class Deck(HTMLParser):
                                     "title": "deck-title" in (attrs.get("class") or "")})
                 self.new_top = False
         classes = (attrs.get("class") or "").split()
+        if "deck-continued" in classes and self.slides:
+            self.slides[-1]["marked_continued"] = True
         if tag == "aside" and "notes" in classes:
             self.stack.append("notes")
         elif tag == "div" and "fragment" in classes:
@@ -377,15 +379,16 @@ def test_long_prose_keeps_about_sixty_words_on_the_slide_and_the_rest_in_its_not
     assert shown + re.findall(r"word\d+", slide["notes"]) == words, "every word once, in order"
 
 
-def test_an_output_moved_to_its_own_slide_says_what_it_is_and_has_notes_of_its_own(tmp_path):
+def test_an_output_moved_to_its_own_slide_says_what_it_is_and_gets_no_made_up_notes(tmp_path):
+    """The slides the layout splits off name what they show; the notebook's notes sit on one of them, and the
+    others get none: no generated filler ("Part 2 of ...") that names a heading or reads out the code."""
     lines = "".join(f"row {i}\n" for i in range(60))
     deck = export(tmp_path, [cell("md", "## The rows", "slide"), cell("code", "print_rows()", "-", [stream(lines)]),
                              cell("md", "POINT-AT-THE-ROWS", "notes")])
     shown = [slide for slide in deck.slides if re.search(r"row \d", slide["text"])]
     assert len(shown) >= 2 and all("The rows" in slide["text"] for slide in shown), "each slide names what it shows"
     notes = [" ".join(slide["notes"].split()) for slide in shown]
-    assert all(notes) and len(set(notes)) == len(notes), f"each part has notes of its own: {notes}"
-    assert sum("POINT-AT-THE-ROWS" in note for note in notes) == 1
+    assert sorted(notes) == sorted(["POINT-AT-THE-ROWS"] + [""] * (len(shown) - 1)), notes
 
 
 def test_no_two_slides_of_a_lab_deck_have_the_same_notes(tmp_path):
@@ -417,13 +420,31 @@ def test_a_summary_list_stays_on_one_slide_and_its_notes_hold_every_word(tmp_pat
     assert prose_words(slides[0]["text"]) <= PROSE_WORDS + 10
 
 
-def test_a_list_right_under_its_lead_line_is_cut_as_a_list(tmp_path):
+def test_a_list_that_does_not_fit_goes_on_over_slides_with_every_item_whole(tmp_path):
+    """A list right under its lead line whose items do not fit beside it is never cut mid-phrase: the items
+    that fit stay under the lead, the others continue on the next slide, each item whole and in order."""
     lead = "An adapter is inserted into every layer. If it starts far from the identity, it scrambles what was learned."
     items = [f"- ITEM-{i} says what part {i} of the lab does, in a sentence of words that run on and on and on."
              for i in range(4)]
     deck = export(tmp_path, [cell("md", "## Plan", "slide"), cell("md", lead + "\nIn this lab:\n" + "\n".join(items))])
-    [slide] = [slide for slide in deck.slides if "Plan" in slide["text"]]
-    assert all(f"ITEM-{i}" in slide["text"] for i in range(4)) and prose_words(slide["text"]) <= PROSE_WORDS + 10
+    slides = [slide for slide in deck.slides if "Plan" in slide["text"]]
+    shown = " ".join(" ".join(slide["text"].split()) for slide in slides)
+    assert "…" not in shown and len(slides) >= 2 and "(continued)" in slides[1]["text"]
+    assert re.findall(r"ITEM-\d", shown) == [f"ITEM-{i}" for i in range(4)], shown
+    assert all(" ".join(item[2:].split()) in shown for item in items), "every item whole"
+    assert all(prose_words(slide["text"]) <= PROSE_WORDS + 10 for slide in slides)
+
+
+def test_no_slide_of_a_lab_deck_cuts_its_text_with_an_ellipsis(tmp_path):
+    """A deck never drops words: every "…" a slide shows is one the notebook has (a source or an output)."""
+    def words(text):  # the words and ellipses, without the markup a slide renders away (tables, code, bold)
+        return " ".join(re.findall(r"\w+|…", text.replace("\\n", " ")))
+
+    for deck, lab in zip(export_slides(all_labs(), tmp_path), all_labs()):
+        notebook = words(lab.read_text(encoding="utf-8"))
+        for slide in Deck(deck.read_text(encoding="utf-8")).slides:
+            for cut in re.finditer(r"(\w+ ){0,3}…", words(slide["text"])):
+                assert cut[0] in notebook, f"{lab.stem}: a slide cuts its text at “{cut[0]}”"
 
 
 def test_a_cell_joins_its_slide_while_there_is_room_the_rest_going_to_the_notes(tmp_path):
@@ -486,3 +507,19 @@ def test_a_slide_that_opens_on_code_is_headed_by_its_section(tmp_path):
     [code_slide] = [slide for slide in deck.slides if "first_part" in slide["text"]]
     assert code_slide["text"].strip().startswith("The section"), code_slide["text"][:80]
     assert "(continued)" not in code_slide["text"] and "second_part" in code_slide["text"]
+
+
+def test_notes_that_fall_past_their_output_move_onto_it_and_a_split_off_slide_is_marked(tmp_path):
+    """An output whose explanation (and notes) the layout puts on the next slide keeps the notes: they point
+    at the output. The slide split off for want of room is marked as a continuation and gets no notes."""
+    lines = "".join(f"row {i}\n" for i in range(22))
+    explanation = "EXPLAIN " + "The rows above show one thing that a student should see at once. " * 5
+    deck = export(tmp_path, [cell("md", "## The rows", "slide"), cell("code", "print_rows()", "-", [stream(lines)]),
+                             cell("md", explanation), cell("md", "POINT-AT-THE-ROWS", "notes")])
+    [output] = [slide for slide in deck.slides if "row 21" in slide["text"]]
+    [explained] = [slide for slide in deck.slides if "EXPLAIN" in slide["text"]]
+    assert output is not explained, "the layout puts the explanation on a slide of its own"
+    assert "POINT-AT-THE-ROWS" in output["notes"] and "POINT-AT-THE-ROWS" not in explained["notes"]
+    assert explained["notes"].strip(), "the explanation's words the slide had no room for stay in its notes"
+    [code] = [slide for slide in deck.slides if "print_rows()" in slide["text"]]
+    assert output.get("marked_continued") and explained.get("marked_continued") and not code.get("marked_continued")

@@ -198,7 +198,8 @@ LEGIBLE = """([minText, minCode, minFigure, minColumn, maxWords, otherSlides]) =
     const results = all('.jp-OutputArea-output').filter(el => text(el) || el.querySelector('img, svg, canvas'));
     if (results.length) {
         const notes = (Reveal.getSlideNotes(slide) || '').replace(/<[^>]*>/g, ' ').trim();
-        if (!notes) problems.push(`shows a result (${short(results[0])}) and has no speaker notes`);
+        // a slide the layout split off for want of room continues one whose notes speak for it
+        if (!notes && !slide.querySelector('.deck-continued')) problems.push(`shows a result (${short(results[0])}) and has no speaker notes`);
         const pointer = notes.match(new RegExp(otherSlides, 'i'));
         if (pointer) problems.push(`its notes point at another slide ("${pointer[0]}")`);
         if (!all('h1, h2, h3, h4, h5, h6').length && !words && !all('.jp-RenderedMarkdown').some(text))

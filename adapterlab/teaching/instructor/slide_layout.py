@@ -55,7 +55,7 @@ FIGURE_FONT_PX = 18  # the smallest text in a figure (axis titles, ticks, legend
 HEADING_PX = 60
 PROSE_WORDS = 55  # words of prose a slide shows (the browser tests allow about 60); the rest goes to its notes
 MIN_ROOM_WORDS = 20  # a markdown cell joining a slide with less room than this starts a slide of its own
-MIN_ITEM_WORDS = 6  # a list item on a full slide shows at least this many of its words
+MIN_ITEM_WORDS = 6  # the room a paragraph leaves for each item of a list after it
 MIN_SENTENCE_WORDS = 8  # less room than this on a slide, and a paragraph moves whole to the notes
 CELL_GAP_PX = 16
 LABEL_PX = HEADING_PX + CELL_GAP_PX  # the heading a split-off slide repeats, with its gap
@@ -426,41 +426,28 @@ def _first_sentences(text: str, room: int) -> tuple[str, str]:
     return " ".join(kept), " ".join(sentences[len(kept):])
 
 
-def _first_words(item: str, room: int) -> str:
-    """A list item cut to its first `room` words of prose (and " …") when longer; a formula is never cut."""
-    if prose_words(item) <= room:
-        return item
-    kept, words = [], 0
-    for piece in re.split(r"(\$[^$\n]+\$|\s+)", item):
-        words += len(re.findall(r"\S*\w\S*", piece)) if not piece.startswith("$") else 0
-        if words > room:
-            break
-        kept.append(piece)
-    return "".join(kept).rstrip(" ,;:") + " …"
-
-
-def _split_prose(markdown: str, room: int, prediction: bool) -> tuple[str, str]:
-    """(what the slide shows, what moves to its notes) for a markdown cell with more than `room` words.
-    Headings and formulas stay whole; a paragraph shows the sentences that fit, the rest (and the
-    paragraphs after it) going to the notes; a list stays whole on the slide, each item cut to its first
-    sentence when the list does not fit, and to its share of the room after that (a summary reads on one
-    slide), the whole list in the notes. A
-    prediction keeps its question and its choices: the sentences that lead up to the question move to
+def _split_prose(markdown: str, room: int, prediction: bool) -> tuple[str, str, str]:
+    """(what the slide shows, what moves to its notes, what continues on a slide of its own) for a markdown
+    cell with more than `room` words. Words are never cut: headings and formulas stay whole; a paragraph
+    shows the sentences that fit, the rest (and the paragraphs after it) going to the notes; a list shows
+    each item's first sentence, the whole items in the notes, and the items whose first sentences do not fit
+    (with the blocks after them) continue on the next slide, so a summary keeps every point on the slides.
+    A prediction keeps its question and its choices: the sentences that lead up to the question move to
     the notes."""
     blocks = _blocks(markdown)
     if prediction:
         first = next((i for i, block in enumerate(blocks) if not block.startswith("#")), None)
         if first is None:
-            return markdown, ""
+            return markdown, "", ""
         sentences = _sentences(blocks[first])
         if len(sentences) < 2:
-            return markdown, ""
+            return markdown, "", ""
         lead = sentences[0].split("**", 2)[1] if sentences[0].startswith("**") and sentences[0].count("**") >= 2 else ""
         kept = ([f"**{lead}**"] if lead else []) + [sentences[-1]]
         moved = " ".join(sentences[:-1])
         if lead:
             moved = moved.replace(f"**{lead}**", "", 1).strip()
-        return "\n\n".join(blocks[:first] + [" ".join(kept)] + blocks[first + 1 :]), moved
+        return "\n\n".join(blocks[:first] + [" ".join(kept)] + blocks[first + 1 :]), moved, ""
     shown, moved, used = [], [], 0
     items_of = {i: re.split(r"\n(?=[*+-] |\d+\. )", block) for i, block in enumerate(blocks) if _LIST_ITEM.match(block)}
     for i, block in enumerate(blocks):
@@ -472,12 +459,17 @@ def _split_prose(markdown: str, room: int, prediction: bool) -> tuple[str, str]:
             used += words
         elif i in items_of and not moved:
             items = items_of[i]
-            share = max((room - used) // len(items), MIN_ITEM_WORDS)
-            firsts = [_first_words(_first_sentences(item, 0)[0], share) for item in items]
-            shown.append("\n".join(firsts))
-            used += sum(prose_words(first) for first in firsts)
-            if firsts != items:
-                moved.append(block)
+            firsts = [_first_sentences(item, 0)[0] for item in items]
+            fit = 0
+            while fit < len(items) and (used + prose_words(firsts[fit]) <= room or not (fit or used)):
+                used += prose_words(firsts[fit])
+                fit += 1
+            if fit:
+                shown.append("\n".join(firsts[:fit]))
+                if firsts[:fit] != items[:fit]:
+                    moved.append("\n".join(items[:fit]))
+            if fit < len(items):
+                return "\n\n".join(shown), "\n\n".join(moved), "\n\n".join(["\n".join(items[fit:]), *blocks[i + 1:]])
         elif not moved and room - reserve - used >= MIN_SENTENCE_WORDS \
                 and (not used or prose_words(_sentences(block)[0]) <= room - reserve - used):
             kept, rest = _first_sentences(block, room - reserve - used)
@@ -487,16 +479,19 @@ def _split_prose(markdown: str, room: int, prediction: bool) -> tuple[str, str]:
                 moved.append(rest)
         else:
             moved.append(block)
-    return "\n\n".join(shown), "\n\n".join(moved)
+    return "\n\n".join(shown), "\n\n".join(moved), ""
 
 
 def _within_words(cells):
     """Keep a slide's prose within PROSE_WORDS: a markdown cell shows what fits beside the prose already
-    on its slide, the rest going to the slide's speaker notes (see `_split_prose`). A cell starts a slide
-    of its own, continuing the one before, only when its slide has under MIN_ROOM_WORDS words of room
-    left: a slide is split where it is full, not wherever a cell ends."""
+    on its slide, the rest going to the slide's speaker notes, or, for a list's items, to a slide of their
+    own that continues it (see `_split_prose`). A cell starts a slide of its own, continuing the one before,
+    only when its slide has under MIN_ROOM_WORDS words of room left: a slide is split where it is full, not
+    wherever a cell ends."""
     shown, used, started = [], 0, False  # started: the slide already shows something
-    for cell in cells:
+    cells = list(cells)
+    while cells:
+        cell = cells.pop(0)
         kind = slide_type(cell)
         if kind in ("slide", "subslide"):
             used, started = 0, False
@@ -520,9 +515,14 @@ def _within_words(cells):
         shown.append(cell)
         if used + words > PROSE_WORDS:
             room = max(PROSE_WORDS - used, MIN_SENTENCE_WORDS)
-            cell.source, moved = _split_prose(cell.source, room, PREDICTION_TAG in tags(cell))
+            cell.source, moved, carried = _split_prose(cell.source, room, PREDICTION_TAG in tags(cell))
             if moved:
                 shown.append(_markdown_cell(moved, "notes"))
+                shown[-1].metadata[OVERFLOW_KEY] = True  # the cell's own words, not notes about a result
+            if carried:
+                rest = _markdown_cell(carried, "subslide")
+                rest.metadata["deck_continued"] = True
+                cells.insert(0, rest)
             words = prose_words(cell.source)
         used += words
     return shown
@@ -530,28 +530,31 @@ def _within_words(cells):
 
 _HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
 RESULT = "result"  # marks the slide that shows a prediction's result under its own label
+#: The class of an empty mark in the heading of a slide the layout split off one that had no room left.
+CONTINUED_CLASS = "deck-continued"
+ORIGIN_KEY = "deck_origin"  # on a piece of a cell cut over slides: the id of the cell it was cut from
+OVERFLOW_KEY = "deck_overflow"  # marks the notes that hold a markdown cell's own words the slide had no room for
 
 
 def _label_continuations(cells):
     """Each subslide the layout started opens with the heading before it, marked as continued, and each
     slide that shows only outputs opens with that heading: a slide never shows a lone output. A slide the
-    layout split gets speaker notes of its own when none of the notebook's notes fall on it (which part
-    it is and what it shows, in a line): two slides never carry the same notes."""
+    layout split off for want of room is marked (``CONTINUED_CLASS``) and gets no notes made up: the notes
+    stay where the notebook put them, except that notes which fall past their output move onto it
+    (:func:`_notes_beside_their_result`)."""
     groups, heading = [], None
     for cell in cells:
         continued = cell.metadata.pop("deck_continued", False)
         if not groups or (slide_type(cell) in ("slide", "subslide") and groups[-1]["cells"]):
-            origin = groups[-1]["origin"] if continued and groups else len(groups)
-            groups.append({"cells": [], "origin": origin, "heading": heading, "continued": continued})
+            groups.append({"cells": [], "heading": heading, "continued": continued})
         groups[-1]["cells"].append(cell)
         if cell.cell_type == "markdown" and slide_type(cell) != "notes":
             found = _HEADING.findall(cell.source)
             heading = found[-1] if found else heading
-    parts: dict[int, int] = {}
+    _notes_beside_their_result(groups)
     shown = []
     for group in groups:
         body = group["cells"]
-        parts[group["origin"]] = parts.get(group["origin"], 0) + 1
         says = [c for c in body if c.cell_type == "markdown" and slide_type(c) != "notes" and c.source.strip()]
         results = any(c.cell_type == "code" and (c.get("outputs") or not c.metadata.get("transient", {}).get("remove_source"))
                       for c in body if slide_type(c) != "notes")  # outputs or code: a slide never opens on either bare
@@ -560,17 +563,44 @@ def _label_continuations(cells):
             starts = slide_type(body[0]) if slide_type(body[0]) in ("slide", "subslide") else "subslide"
             continued = {RESULT: ": the result", True: " (continued)"}.get(group["continued"], "")
             title = _figure_title_as_heading(body) if group["continued"] is not RESULT and not says else None
-            label = _markdown_cell(f"### {title or group['heading'].rstrip('.:') + continued}", starts)
+            marker = f'<span class="{CONTINUED_CLASS}"></span>' if group["continued"] is True else ""
+            label = _markdown_cell(f"### {marker}{title or group['heading'].rstrip('.:') + continued}", starts)
             set_slide_type(body[0], "-")
             body = [label] + body
-        split = group["continued"] or any(other["origin"] == group["origin"] and other is not group for other in groups)
-        if split and not any(slide_type(c) == "notes" for c in body):
-            body = body + [_markdown_cell(_part_note(group["heading"], parts[group["origin"]], body), "notes")]
         shown += body
     for number, cell in enumerate(shown):  # copies share their cell ids; a deck needs them unique
         if "id" in cell and any(cell["id"] == other.get("id") for other in shown[:number]):
             cell["id"] = f"{cell['id'][:56]}-c{number}"
     return shown
+
+
+def _origin(cell) -> str | None:
+    """The id of the notebook cell that `cell` is, or is a piece of."""
+    return cell.metadata.get(ORIGIN_KEY, cell.get("id"))
+
+
+def _shows_output(cells) -> bool:
+    return any(cell.cell_type == "code" and cell.get("outputs") for cell in cells if slide_type(cell) != "notes")
+
+
+def _notes_beside_their_result(groups) -> None:
+    """Where the layout cut one slide of the notebook in parts so that an output sits on one part without
+    notes and the notes fall on a later part that shows no output (the explanation under a result), the
+    notes move onto the output's part: they point at what it shows. So do the notes of an output cut over
+    parts: they go on its first. (The words a cell moved to the notes for want of room stay with it.)"""
+    for at, group in enumerate(groups):
+        if not _shows_output(group["cells"]) or any(slide_type(cell) == "notes" for cell in group["cells"]):
+            continue
+        shown = {_origin(cell) for cell in group["cells"] if cell.cell_type == "code" and cell.get("outputs")} - {None}
+        for later in groups[at + 1:]:
+            rest_of_it = any(_origin(cell) in shown for cell in later["cells"] if cell.cell_type == "code")
+            if not later["continued"] or (_shows_output(later["cells"]) and not rest_of_it):
+                break
+            notes = [cell for cell in later["cells"] if slide_type(cell) == "notes" and not cell.metadata.get(OVERFLOW_KEY)]
+            if notes:
+                later["cells"].remove(notes[0])
+                group["cells"].append(notes[0])
+                break
 
 
 def _figure_title_as_heading(cells) -> str | None:
@@ -596,38 +626,6 @@ def _figure_title_as_heading(cells) -> str | None:
     return " ".join(re.sub(r"<[^>]+>", " ", text).split())
 
 
-def _part_note(heading: str | None, part: int, cells) -> str:
-    """Speaker notes for a part of a slide the layout split (the first part too): which part of which slide,
-    and what it shows."""
-    shows = []
-    for cell in cells:
-        if slide_type(cell) == "notes" or (cell.cell_type == "markdown" and _HEADING.fullmatch(cell.source.strip())):
-            continue
-        if cell.cell_type == "markdown" and cell.source.strip():
-            first = _sentences(" ".join(cell.source.split()))[0]
-            shows.append(" ".join(first.split()[:16]) + (" …" if len(first.split()) > 16 else ""))
-        elif cell.cell_type == "code":
-            line = next((line.strip() for line in cell.source.splitlines() if line.strip()), "")
-            hidden = cell.metadata.get("transient", {}).get("remove_source")
-            if line and not hidden:
-                shows.append(f"the code `{line[:60]}`")
-            shows += [_output_kind(output) for output in cell.get("outputs", [])][:2]
-    where = f"“{heading.rstrip('.:')}”" if heading else "this section"
-    return f"Part {part} of {where}: " + ("; ".join(shows) or "what the part before it leads to") + "."
-
-
-def _output_kind(output) -> str:
-    """What an output is, in a few words for the speaker notes."""
-    data = output.get("data", {})
-    if PLOTLY_MIME in data or "image/png" in data:
-        return "the figure"
-    if "<table" in "".join(data.get("text/html", "")):
-        return "the table"
-    text = output.get("text", "") or "".join(data.get("text/plain", ""))
-    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
-    return f"the lines from “{first[:50]}”" if first else "the output"
-
-
 def _markdown_cell(source: str, kind: str):
     from nbformat.v4 import new_markdown_cell
 
@@ -639,6 +637,7 @@ def _continued_outputs(cell, suffix: str):
     again, its id gets `suffix`, and it is marked as a continuation (the layout labels those)."""
     piece = copy.deepcopy(cell)
     piece.outputs = []
+    piece.metadata[ORIGIN_KEY] = _origin(cell)
     if "id" in piece:
         piece["id"] = f"{cell['id']}-{suffix}"[:64]
     piece.metadata.setdefault("transient", {})["remove_source"] = True
@@ -686,6 +685,7 @@ def _split_code(cell):
         if number < len(parts) - 1:
             piece.outputs = []
         if number:
+            piece.metadata[ORIGIN_KEY] = _origin(cell)
             if "id" in piece:
                 piece["id"] = f"{cell['id']}-code{number}"[:64]
             piece.metadata.pop("deck_keep_with_previous", None)
