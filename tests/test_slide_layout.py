@@ -523,3 +523,14 @@ def test_notes_that_fall_past_their_output_move_onto_it_and_a_split_off_slide_is
     assert explained["notes"].strip(), "the explanation's words the slide had no room for stay in its notes"
     [code] = [slide for slide in deck.slides if "print_rows()" in slide["text"]]
     assert output.get("marked_continued") and explained.get("marked_continued") and not code.get("marked_continued")
+
+
+def test_a_numbered_item_shows_its_words_not_only_its_number(tmp_path):
+    """A numbered item's "2." is its marker, not a sentence: the item shows its first sentence after it."""
+    lead = "Counting is a claim about numbers. Here we count every one of them, module by module, in real models. "
+    items = ["1. one adapter, and everything a task trains", "2. BERT-base and BERT-large: closed form beside a count. It is exact to the last "
+             "parameter in every model that this lab builds, from one adapter up to BERT-large with its head.",
+             "3. what a task costs on disk. Then the optimizer memory it needs for every parameter it trains."]
+    deck = export(tmp_path, [cell("md", "## Plan\n\n" + lead + "\n\n" + "\n".join(items), "slide")])
+    shown = " ".join(" ".join(slide["text"].split()) for slide in deck.slides if "Plan" in slide["text"])
+    assert "BERT-base and BERT-large" in shown and "what a task costs on disk" in shown, shown

@@ -426,6 +426,12 @@ def _first_sentences(text: str, room: int) -> tuple[str, str]:
     return " ".join(kept), " ".join(sentences[len(kept):])
 
 
+def _first_sentence_of_item(item: str) -> str:
+    """A list item's marker and its first sentence (a marker such as "2." is not a sentence of its own)."""
+    marker = _LIST_ITEM.match(item)
+    return marker[0] + _first_sentences(item[marker.end():], 0)[0]
+
+
 def _split_prose(markdown: str, room: int, prediction: bool) -> tuple[str, str, str]:
     """(what the slide shows, what moves to its notes, what continues on a slide of its own) for a markdown
     cell with more than `room` words. Words are never cut: headings and formulas stay whole; a paragraph
@@ -459,7 +465,7 @@ def _split_prose(markdown: str, room: int, prediction: bool) -> tuple[str, str, 
             used += words
         elif i in items_of and not moved:
             items = items_of[i]
-            firsts = [_first_sentences(item, 0)[0] for item in items]
+            firsts = [_first_sentence_of_item(item) for item in items]
             fit = 0
             while fit < len(items) and (used + prose_words(firsts[fit]) <= room or not (fit or used)):
                 used += prose_words(firsts[fit])
