@@ -534,3 +534,16 @@ def test_a_numbered_item_shows_its_words_not_only_its_number(tmp_path):
     deck = export(tmp_path, [cell("md", "## Plan\n\n" + lead + "\n\n" + "\n".join(items), "slide")])
     shown = " ".join(" ".join(slide["text"].split()) for slide in deck.slides if "Plan" in slide["text"])
     assert "BERT-base and BERT-large" in shown and "what a task costs on disk" in shown, shown
+
+
+def test_a_lab_that_loads_a_model_or_data_never_says_on_its_title_slides_that_it_loads_none():
+    """The provenance line is read from what the lab prints; a lab whose code loads a backbone, a trained set or
+    a data split prints what it loaded, so its title slides never fall back to "no backbone or data set"."""
+    from adapterlab.slide_layout import deck_title
+
+    loaders = ("load_backbone(", "open_set(", "run_experiment(", "load_experiment(", "load_split(")
+    for lab in all_labs():
+        nb = nbformat.read(lab, as_version=4)
+        if any(loader in cell.source for cell in nb.cells if cell.cell_type == "code" for loader in loaders):
+            provenance = deck_title(nb, None, [])["provenance"]
+            assert provenance.startswith("Numbers from: backbone"), f"{lab.stem}: {provenance}"
