@@ -547,3 +547,14 @@ def test_a_lab_that_loads_a_model_or_data_never_says_on_its_title_slides_that_it
         if any(loader in cell.source for cell in nb.cells if cell.cell_type == "code" for loader in loaders):
             provenance = deck_title(nb, None, [])["provenance"]
             assert provenance.startswith("Numbers from: backbone"), f"{lab.stem}: {provenance}"
+
+
+def test_a_list_item_on_a_full_slide_shows_its_whole_first_sentence_not_a_clause(tmp_path):
+    """An item cut for room keeps its first sentence to the full stop: a clause that ends in ";" or ":" leaves
+    the point in the notes (a summary showed "accuracy flatters;" and lost what it flatters)."""
+    items = [f"- Point {i}: the measure flatters; TAIL-{i} says what it flatters. Then details {i} that run on and "
+             "on for the speaker to say aloud while the list stays up." for i in range(3)]
+    deck = export(tmp_path, [cell("md", "## What you saw\n\n" + "\n".join(items), "slide")])
+    shown = " ".join(" ".join(slide["text"].split()) for slide in deck.slides if "Point" in slide["text"])
+    assert all(f"TAIL-{i} says what it flatters." in shown for i in range(3)), shown
+    assert "details 0" not in shown

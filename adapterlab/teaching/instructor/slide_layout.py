@@ -427,9 +427,16 @@ def _first_sentences(text: str, room: int) -> tuple[str, str]:
 
 
 def _first_sentence_of_item(item: str) -> str:
-    """A list item's marker and its first sentence (a marker such as "2." is not a sentence of its own)."""
+    """A list item's marker and its first whole sentence: a marker such as "2." is not a sentence of its own,
+    and a clause that ends in ";" or ":" leaves the item's point unsaid, so the sentence runs on to its
+    full stop."""
     marker = _LIST_ITEM.match(item)
-    return marker[0] + _first_sentences(item[marker.end():], 0)[0]
+    kept = []
+    for piece in _sentences(item[marker.end():]):
+        kept.append(piece)
+        if not re.search(r"[;:](?:\*\*|[\"')\]])?$", piece):
+            break
+    return marker[0] + " ".join(kept)
 
 
 def _split_prose(markdown: str, room: int, prediction: bool) -> tuple[str, str, str]:
