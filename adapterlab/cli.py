@@ -49,7 +49,10 @@ def usage_errors():
 
 def _add_own_task_flags(parser: argparse.ArgumentParser) -> None:
     """Flags that make a task of the user's own CSV/TSV/JSON files (adapterlab.training.data.own_task)."""
-    own = parser.add_argument_group("your own task (instead of --task)")
+    own = parser.add_argument_group(
+        "your own task (instead of --task)",
+        "The files are read in memory, as they are when the command starts: nothing is copied or cached from them "
+        "(the run in --out records their fingerprint, not their rows).")
     own.add_argument("--train-file", default=None, metavar="FILE", help="labelled rows to train on (.csv, .tsv, .json)")
     own.add_argument("--dev-file", default=None, metavar="FILE", help="labelled rows to evaluate on (same columns)")
     own.add_argument("--text-column", nargs="+", default=None, metavar="COL",
@@ -59,15 +62,24 @@ def _add_own_task_flags(parser: argparse.ArgumentParser) -> None:
 
 def _task_of(args) -> str | None:
     """The task's name: the user's own files' (registered for this process) when they are given, else --task."""
-    from .training.data import get_task, own_task
+    from .training.data import dev_rows_in_train, get_task, load_split, own_task
 
     given = [args.train_file, args.dev_file, args.text_column]
     if not any(given):
         return get_task(args.task).name if args.task else None
     if not all(given):
         raise CommandError("your own task needs --train-file, --dev-file and --text-column together", USAGE)
+    if args.task:
+        raise CommandError(f"--task {args.task} and your own files (--train-file …) name two tasks: pass one of them",
+                           USAGE)
     with usage_errors():
-        return own_task(args.train_file, args.dev_file, args.text_column, args.label_column).name
+        spec = own_task(args.train_file, args.dev_file, args.text_column, args.label_column)
+    shared = dev_rows_in_train(spec)
+    if shared:
+        print(f"adapterlab {args.command}: note: {shared} of the dev file's {len(load_split(spec, 'dev'))} rows also "
+              "occur word for word in the train file; their score measures memory, not how the model generalises",
+              file=sys.stderr)
+    return spec.name
 
 
 def _add_training_settings(parser: argparse.ArgumentParser, *, seeds: bool, precision: str = "auto",
@@ -117,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     count.add_argument("--json", action="store_true", help="machine-readable output")
 
     train = commands.add_parser("train", help="train one method on a GLUE task; write the adapter set and metrics.json")
-    train.add_argument("--task", default="sst2", choices=tasks)
+    train.add_argument("--task", default=None, choices=tasks, help="the GLUE task (default: sst2)")
     _add_training_settings(train, seeds=False)
     train.add_argument("--backbone", default="bert-base-uncased",
                        help="bert-base-uncased (offline: the stand-in), all-MiniLM-L6-v2, bert-base-random, tiny-random")
@@ -312,7 +324,7 @@ def train_command(args) -> int:
     from .runs.folder import claim_run_folder, prepare_run_folder, recover_run_folder
     from .training.data import check_glue_setting
 
-    task = _task_of(args)
+    task = _task_of(args) or "sst2"
     _check_rows("--max-train", args.max_train)
     _check_rows("--max-eval", args.max_eval)
     _check_sizes(args)
@@ -353,7 +365,12 @@ def _train_without_writing(args, task, config) -> int:
 
 def _train_into(args, task, config, staging, saved_methods, save_adapter_set) -> int:
     """train_command once --out is claimed and its staging folder made: train, write, commit."""
-    from .runs.folder import commit_run_folder, discard_staging, os_error_reason, write_metrics
+    from .runs.folder import (
+        commit_run_folder,
+        discard_staging,
+        os_error_reason,
+        write_metrics,
+    )
     from .training import TrainingDiverged, run_experiment
     from .training.backbones import STANDIN
 
@@ -445,7 +462,13 @@ def evaluate_command(args) -> int:
     from .methods.checkpoints import load_adapter_set
     from .runs.folder import adapter_set_config, recover_unlocked
     from .training.backbones import load_backbone
-    from .training.data import check_glue_setting, get_task, load_split, tokenize
+    from .training.data import (
+        OWN_PREFIX,
+        check_glue_setting,
+        get_task,
+        load_split,
+        tokenize,
+    )
     from .training.evaluation import evaluate, pick_device
 
     _check_rows("--max-eval", args.max_eval)
@@ -458,10 +481,16 @@ def evaluate_command(args) -> int:
         extra = manifest.get("extra") or {}
         trained_on = extra.get("task")
         task = get_task(_task_of(args) or trained_on or "sst2")
+        if trained_on and trained_on.startswith(OWN_PREFIX) and task.name != trained_on:
+            raise CommandError(f"the files given are not the files the adapter set in {args.checkpoint} was trained "
+                               f"on (their fingerprint is {task.name}, the training files' {trained_on}); pass the "
+                               "same --train-file, --dev-file, --text-column and --label-column", USAGE)
         if trained_on and task.name != get_task(trained_on).name:
-            raise CommandError(f"the adapter set in {args.checkpoint} was trained on {trained_on}, not {task.name}: "
-                               f"its classifier head scores {trained_on}'s labels; drop --task or pass --task "
-                               f"{trained_on}", USAGE)
+            given = "your own files" if task.files else task.name
+            drop = "drop the --train-file, --dev-file and --text-column flags" if task.files else "drop --task"
+            raise CommandError(f"the adapter set in {args.checkpoint} was trained on {trained_on}, not {given}: its "
+                               f"classifier head scores {trained_on}'s labels; {drop}, or pass --task {trained_on}",
+                               USAGE)
         check_glue_setting(args.data, task)
     seed = int(extra.get("seed", 0))  # random backbones are rebuilt from the seed they were trained on
     model, tokenizer, info = load_backbone(args.backbone or manifest["backbone"]["name"],
@@ -503,8 +532,8 @@ def sweep_command(args) -> int:
     prints every run and then each setting's mean and spread over the seeds."""
     from .runs.store import ignored_settings, summarize
     from .runs.sweep import expand, parse_grid, parse_shard, run_sweep
-    from .training.data import check_glue_setting, get_task
     from .training import TrainConfig
+    from .training.data import check_glue_setting, get_task
 
     task = get_task(args.task).name
     _check_rows("--max-train", args.max_train)
@@ -773,7 +802,7 @@ def _add_interop_commands(commands) -> None:
 
 def export_command(args) -> int:
     """`adapterlab export`: a run's adapter set as a folder AdapterHub or PEFT loads with its own API."""
-    from .interop.convert import InteropError, export_set
+    from .interop.convert import LIBRARIES, InteropError, export_set, load_code
     from .runs.folder import RunFolderError
 
     try:
@@ -781,13 +810,8 @@ def export_command(args) -> int:
                          overwrite=args.overwrite)
     except (InteropError, RunFolderError) as error:
         raise CommandError(str(error), USAGE) from None
-    if args.to == "adapterhub":
-        from .interop.adapterhub import load_lines
-
-        print(f"wrote {out}: load it in AdapterHub with (also in its README.md):")
-        print("\n".join(f"    {line}" for line in load_lines(out, str(out))))
-    else:
-        print(f"wrote {out}: load it with PeftModel.from_pretrained(base, '{out}')")
+    print(f"wrote {out}: load it in {LIBRARIES[args.to]} with (also in its README.md):")
+    print("\n".join(f"    {line}" for line in load_code(out)))
     return OK
 
 

@@ -1,16 +1,20 @@
-"""A task of the user's own CSV/TSV/JSON files: read with `datasets`, checked as GLUE's files are, keyed by the
-files' fingerprint, trained and evaluated from the command line."""
+"""A task of the user's own CSV/TSV/JSON files: read in memory from the bytes fingerprinted, checked as GLUE's files
+are (each bad row named), keyed by the files' fingerprint, trained and evaluated from the command line, and nothing
+written outside the run."""
 
 from __future__ import annotations
 
 import csv
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
-
 from adapterlab.backbones import TINY, load_backbone
 from adapterlab.checkpoints import load_adapter_set
+
 from adapterlab.cli import OK, USAGE, main
 from adapterlab.training.data import TASKS, DataError, load_split, own_task
 
@@ -39,6 +43,7 @@ def test_a_csv_task_trains_and_evaluates_from_the_command_line(files, tmp_path, 
     own = ["--train-file", str(train), "--dev-file", str(dev), "--text-column", "text", "--label-column", "sentiment"]
     assert main(["train", "--out", str(tmp_path / "run"), "--backbone", TINY, "--bottleneck", "4", "--batch-size", "8",
                  "--no-progress", *own]) == OK
+    assert "9 of the dev file's 9 rows also occur word for word in the train file" in capsys.readouterr().err
     assert main(["evaluate", "--checkpoint", str(tmp_path / "run"), *own]) == OK
     lines = capsys.readouterr().out.strip().splitlines()
     result = json.loads(lines[-1])
@@ -91,8 +96,27 @@ def test_a_pair_task_reads_two_text_columns(tmp_path):
     assert split.texts[:2] == [("he left", "he went away"), ("he left", "she sang")] and split.labels[:2] == [1, 0]
 
 
+def _fifo(path):
+    path.unlink()
+    os.mkfifo(path)
+
+
+def _folder(path):
+    path.unlink()
+    path.mkdir()
+
+
 @pytest.mark.parametrize(("damage", "message"), [
-    (lambda train, dev: _write_csv(dev, [("fine", "maybe")]), "row 1: label 'maybe' is outside the task's classes"),
+    (lambda train, dev: _write_csv(dev, [("fine", "maybe")]), "dev.csv: row 1: label 'maybe' is outside the task's "),
+    (lambda train, dev: _write_csv(dev, [("fine", "pos"), ("gap", "")]), "dev.csv: row 2: the label column 'sent.* empty"),
+    (lambda train, dev: _write_csv(train, [*ROWS, ("gap", "")]), "train.csv: row 25: the label column .* empty"),
+    (lambda train, dev: _write_csv(dev, [("fine", "pos")], header=("text", "text")), "no column 'sentiment'"),
+    (lambda train, dev: dev.write_text('text,sentiment\n"fine,pos\n'), r"dev.csv, line 2: unexpected end of data"),
+    (lambda train, dev: dev.write_text("text;sentiment\nfine;pos\n"), "looks separated by ';'"),
+    (lambda train, dev: dev.write_text("text,sentiment\n"), "dev.csv: no data rows after the header"),
+    (lambda train, dev: dev.write_text("text,sentiment\nfine,pos,extra\n"), "row 1 has 3 fields split by commas"),
+    (lambda train, dev: _fifo(dev), "dev.csv: this is a named pipe"),
+    (lambda train, dev: _folder(dev), "dev.csv: this is a folder"),
     (lambda train, dev: _write_csv(dev, [("fine", "pos")], header=("sentence", "sentiment")), "no column 'text'"),
     (lambda train, dev: dev.write_bytes(b""), "empty file"),
     (lambda train, dev: dev.write_bytes("text,sentiment\ncaf\u00e9,pos\n".encode("latin-1")), "not UTF-8"),
@@ -105,16 +129,84 @@ def test_bad_files_are_one_clear_error(damage, message, files):
         own_task(train, dev, ["text"], "sentiment")
 
 
-def test_train_on_the_stand_in_with_its_pooler_frozen_warns_in_one_line(files, tmp_path, capsys):
-    from adapterlab.backbones import STANDIN, standin_installed
+@pytest.mark.parametrize(("line", "message"), [
+    ('{"text": "fine", "sentiment": null}', "row 2: the label column 'sentiment' is empty"),
+    ('{"text": "fine", "sentiment": 1e30}', r"row 2: the label column 'sentiment' holds a number \(1e\+30\)"),
+    ('{"text": 42, "sentiment": "pos"}', r"row 2: the text column 'text' is a number \(42\), not text"),
+    ('{"text": ["a", "b"], "sentiment": "pos"}', "row 2: the text column 'text' is a list"),
+    ('{"text": "fine", "sentiment": "pos"', "dev.jsonl, line 2: not a JSON object"),
+    ('["fine", "pos"]', "row 2 is a list, not an object of columns"),
+])
+def test_bad_json_rows_are_named_by_row(line, message, files, tmp_path):
+    train, _ = files
+    dev = tmp_path / "dev.jsonl"
+    dev.write_text(json.dumps({"text": "good", "sentiment": "neg"}) + "\n" + line + "\n", encoding="utf-8")
+    with pytest.raises(DataError, match=message):
+        own_task(train, dev, ["text"], "sentiment")
 
-    if not standin_installed():
-        pytest.skip(f"the stand-in {STANDIN} is not installed")
+
+def test_a_column_that_is_both_text_and_label_is_refused(files):
+    train, dev = files
+    with pytest.raises(DataError, match="both a text column and the label column"):
+        own_task(train, dev, ["sentiment"], "sentiment")
+
+
+def test_a_glue_style_tsv_keeps_its_bare_quotes(tmp_path, files):
+    _, dev = files
+    rows = [('he said "no" and left', "neg"), ('"a classic," she said', "pos"), ('a "classic', "pos")] * 3
+    tsv = tmp_path / "train.tsv"
+    tsv.write_text("text\tsentiment\n" + "".join(f"{t}\t{y}\n" for t, y in rows), encoding="utf-8")
+    split = load_split(own_task(tsv, dev, ["text"], "sentiment"), "train")
+    assert split.texts == [t for t, _ in rows]
+
+
+def test_the_rows_read_are_the_bytes_fingerprinted_after_an_edit_that_keeps_size_and_time(files):
+    train, dev = files
+    before = own_task(train, dev, ["text"], "sentiment")
+    assert load_split(before, "train").labels[0] == 1  # "pos"
+    stat = train.stat()
+    train.write_bytes(train.read_bytes().replace(b"film,pos", b"film,neg", 1))  # the same size
+    os.utime(train, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # and the same time, as `cp -p` or a restore leave it
+    after = own_task(train, dev, ["text"], "sentiment")
+    assert after.name != before.name
+    assert load_split(after, "train").labels[0] == 0  # the edited row, under the new fingerprint
+    assert load_split(before, "train").labels[0] == 1  # the old name still stands for the old rows
+
+
+def test_own_task_flags_and_task_together_are_refused(files, tmp_path, capsys):
     train, dev = files
     own = ["--train-file", str(train), "--dev-file", str(dev), "--text-column", "text", "--label-column", "sentiment"]
-    common = ["--backbone", STANDIN, "--bottleneck", "2", "--no-progress", "--max-train", "8", "--max-eval", "4", *own]
-    assert main(["train", "--out", str(tmp_path / "frozen"), *common]) == OK
-    warned = [line for line in capsys.readouterr().err.splitlines() if "--train-pooler" in line]
-    assert len(warned) == 1 and "majority class" in warned[0]
-    assert main(["train", "--out", str(tmp_path / "trained"), "--train-pooler", *common]) == OK
-    assert "--train-pooler" not in capsys.readouterr().err
+    assert main(["train", "--out", str(tmp_path / "run"), "--task", "cola", "--backbone", TINY, *own]) == USAGE
+    assert "--task cola and your own files" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_evaluate_on_other_files_names_both_fingerprints(files, tmp_path, capsys):
+    train, dev = files
+    own = ["--dev-file", str(dev), "--text-column", "text", "--label-column", "sentiment"]
+    assert main(["train", "--out", str(tmp_path / "run"), "--backbone", TINY, "--bottleneck", "4", "--no-progress",
+                 "--max-train", "8", "--train-file", str(train), *own]) == OK
+    trained_on = json.loads((tmp_path / "run" / "metrics.json").read_text())["task"]
+    other = _write_csv(tmp_path / "other.csv", ROWS[1:])
+    capsys.readouterr()
+    assert main(["evaluate", "--checkpoint", str(tmp_path / "run"), "--train-file", str(other), *own]) == USAGE
+    error = capsys.readouterr().err
+    assert "not the files the adapter set" in error and trained_on in error and "--task" not in error.split(";")[0]
+    assert own_task(other, dev, ["text"], "sentiment").name in error
+
+
+def test_training_on_own_files_writes_nothing_outside_out_with_an_unwritable_home(files, tmp_path):
+    train, dev = files
+    home = tmp_path / "home"
+    home.write_text("a file, so that nothing can be written beneath it (a read-only folder does not stop root)")
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(("HF_", "XDG_", "TRANSFORMERS_", "ADAPTERLAB_"))}
+    env.update(HOME=str(home), HF_HUB_OFFLINE="1", PYTHONPATH=os.pathsep.join(sys.path))
+    before = sorted(tmp_path.rglob("*"))
+    done = subprocess.run([sys.executable, "-m", "adapterlab", "train", "--out", str(tmp_path / "run"), "--backbone",
+                           TINY, "--bottleneck", "4", "--no-progress", "--max-train", "8", "--train-file", str(train),
+                           "--dev-file", str(dev), "--text-column", "text", "--label-column", "sentiment"],
+                          env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == OK, done.stderr
+    made = [path for path in sorted(tmp_path.rglob("*")) if path not in before]
+    assert made and all(path.is_relative_to(tmp_path / "run") for path in made), made

@@ -35,9 +35,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..validation import check_positive_int
 from ..paths import DATA_DIR, project_path
+from ..validation import check_positive_int
 from .hub import hub_reachable
+from .data_errors import DataError
+from .own_files import check_file, read_rows
 
 DATA_ENV = "ADAPTERLAB_DATA"
 HUB_DATASET = "nyu-mll/glue"
@@ -46,17 +48,6 @@ SPLITS = ("train", "dev")
 ORDERS = ("grouped", "shuffled", "sequential")
 SOURCES = ("auto", "glue", "hub", "toy")
 METRICS = ("accuracy", "matthews", "f1")
-
-
-class DataError(ValueError):
-    """A data file or folder that cannot be used; the message names the file and, where it helps, the line."""
-
-    def __init__(self, message: str, path: str | os.PathLike | None = None, line: int | None = None):
-        self.path = None if path is None else str(path)
-        self.line = line
-        self.reason = message  # the message without the file and line
-        where = "" if path is None else (f"{path}, line {line}: " if line is not None else f"{path}: ")
-        super().__init__(where + message)
 
 
 @dataclass(frozen=True)
@@ -266,90 +257,59 @@ def _read_glue_rows(path: Path, mtime_ns: int, size: int, spec: TaskSpec) -> tup
 
 
 OWN_PREFIX = "own-"
-#: How datasets reads each kind of file: its builder and the builder's options.
-OWN_FORMATS = {".csv": ("csv", {}), ".tsv": ("csv", {"delimiter": "\t"}), ".json": ("json", {}),
-               ".jsonl": ("json", {})}
+#: The rows of each own task registered in this process, by task name and split: parsed from the bytes its
+#: fingerprint was made of, so that the rows trained and scored are the rows the name stands for, even when a
+#: file is edited in place afterwards (under the same size and time).
+_OWN_ROWS: dict[str, dict[str, tuple[list, list[int]]]] = {}
 
 
 def own_task(train_file, dev_file, text_columns, label_column: str) -> TaskSpec:
     """A task of the user's own labelled sentences (one text column) or sentence pairs (two): a CSV, TSV or
-    JSON(-lines) train file and dev file, read with ``datasets`` and checked as GLUE's files are. The classes are
-    the train file's label values (sorted); the task is scored by accuracy. Its name carries a fingerprint of
-    both files and the columns, ``own-<12 hex digits>``, so that runs of other files never share a key; the
-    task is registered under it for the rest of the process (``get_task`` finds it)."""
+    JSON(-lines) train file and dev file, read in memory (:mod:`.own_files`: nothing is copied anywhere) and
+    checked as GLUE's files are. The classes are the train file's label values (sorted); the task is scored by
+    accuracy. Its name carries a fingerprint of both files and the columns, ``own-<12 hex digits>``, so that runs
+    of other files never share a key; the task and its rows are registered under it for the rest of the process
+    (``get_task`` and :func:`load_split` find them)."""
     text_columns = tuple(text_columns)
     if len(text_columns) not in (1, 2):
         raise DataError(f"give one text column (sentences) or two (sentence pairs); got {len(text_columns)}")
+    if label_column in text_columns:
+        raise DataError(f"the column {label_column!r} is both a text column and the label column: a classifier would "
+                        "learn to read its own labels; pass the class's column as --label-column")
     paths = tuple(Path(f).expanduser().resolve() for f in (train_file, dev_file))
-    digest = hashlib.sha256(repr((text_columns, label_column)).encode())
     for path in paths:
-        _check_own_file(path)
-        digest.update(path.read_bytes())
+        check_file(path)
+    contents = [path.read_bytes() for path in paths]  # read once: the rows parsed are the bytes fingerprinted
+    digest = hashlib.sha256(repr((text_columns, label_column)).encode())
+    for data in contents:
+        digest.update(data)
     name = OWN_PREFIX + digest.hexdigest()[:12]
-    draft = TaskSpec(name=name, glue_folder=name, num_labels=1,
-                     metric="accuracy", label_names=(), num_columns=0, text_columns=tuple(range(len(text_columns))),
-                     label_column=-1, header=None, hub_fields=text_columns, files=tuple(map(str, paths)),
-                     label_field=label_column)
-    values = sorted(set(_own_rows(paths[0], draft)[1]), key=lambda v: (not _is_int(v), int(v) if _is_int(v) else 0, v))
+    (train_texts, train_values), (dev_texts, dev_values) = (
+        read_rows(path, data, text_columns, label_column) for path, data in zip(paths, contents))
+    values = sorted(set(train_values), key=lambda v: (not _is_int(v), int(v) if _is_int(v) else 0, v))
     if len(values) < 2:
         raise DataError(f"the label column {label_column!r} holds one value ({values}); a classifier needs two or "
                         "more classes", paths[0])
-    spec = dataclasses.replace(draft, num_labels=len(values), label_names=tuple(values), label_values=tuple(values))
-    read_own_file(paths[1], spec)  # the dev file's columns and labels, checked now rather than after training
+    value_to_id = {value: i for i, value in enumerate(values)}
+    outside = next((i for i, value in enumerate(dev_values) if value not in value_to_id), None)
+    if outside is not None:  # checked now rather than after training
+        raise DataError(f"row {outside + 1}: label {dev_values[outside]!r} is outside the task's classes "
+                        f"({', '.join(values)}, the train file's labels)", paths[1])
+    spec = TaskSpec(name=name, glue_folder=name, num_labels=len(values), metric="accuracy",
+                    label_names=tuple(values), num_columns=0, text_columns=tuple(range(len(text_columns))),
+                    label_column=-1, header=None, label_values=tuple(values), hub_fields=text_columns,
+                    files=tuple(map(str, paths)), label_field=label_column)
+    _OWN_ROWS[name] = {"train": (train_texts, [value_to_id[v] for v in train_values]),
+                       "dev": (dev_texts, [value_to_id[v] for v in dev_values])}
     TASKS[spec.name] = spec
     return spec
 
 
-def _check_own_file(path: Path) -> None:
-    if not path.is_file():
-        raise DataError("missing file", path)
-    if path.suffix.lower() not in OWN_FORMATS:
-        raise DataError(f"read CSV, TSV and JSON files ({', '.join(OWN_FORMATS)}); got {path.suffix or 'no suffix'}",
-                        path)
-    try:
-        text = path.read_bytes().decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        raise DataError(f"not UTF-8 text ({error}); save it as UTF-8", path) from None
-    if not text.strip():
-        raise DataError("empty file; expected a header row and labelled rows", path)
-
-
-def _own_rows(path: Path, spec: TaskSpec) -> tuple[list, list[str]]:
-    """Texts and label values (as text) of one of the user's files, through ``datasets``."""
-    import datasets
-
-    _check_own_file(path)
-    builder, options = OWN_FORMATS[path.suffix.lower()]
-    try:
-        rows = datasets.load_dataset(builder, data_files=str(path), split="train", **options)
-    except Exception as error:  # the builder's own parse errors: say which file, in one line
-        raise DataError(f"could not read it as {builder} ({str(error).splitlines()[0][:160]})", path) from None
-    wanted = (*spec.hub_fields, spec.label_field)
-    missing = [column for column in wanted if column not in rows.column_names]
-    if missing:
-        raise DataError(f"no column {', '.join(map(repr, missing))}; its columns are "
-                        f"{', '.join(map(repr, rows.column_names))}", path)
-    if len(rows) == 0:
-        raise DataError("no data rows after the header", path)
-    columns = [rows[name] for name in spec.hub_fields]
-    for name, column in zip(spec.hub_fields, columns):
-        empty = next((i for i, text in enumerate(column) if not isinstance(text, str) or not text.strip()), None)
-        if empty is not None:
-            raise DataError(f"row {empty + 1}: the text column {name!r} is empty", path)
-    texts = list(zip(*columns)) if len(columns) == 2 else list(columns[0])
-    return texts, [str(value).strip() for value in rows[spec.label_field]]
-
-
-def read_own_file(path, spec: TaskSpec) -> tuple[list, list[int]]:
-    """Texts and label ids of one of the user's files (:func:`own_task`); a label outside the task's classes is a
-    :class:`DataError` naming its row."""
-    texts, values = _own_rows(Path(path), spec)
-    value_to_id = {value: i for i, value in enumerate(spec.label_values)}
-    outside = next((i for i, value in enumerate(values) if value not in value_to_id), None)
-    if outside is not None:
-        raise DataError(f"row {outside + 1}: label {values[outside]!r} is outside the task's classes "
-                        f"({', '.join(spec.label_values)}, the train file's labels)", path)
-    return texts, [value_to_id[value] for value in values]
+def dev_rows_in_train(spec: TaskSpec) -> int:
+    """How many of an own task's dev rows also occur, word for word, among its train rows: those rows score what
+    the model remembers, not how it generalises (the course's own protocol keeps SST-2's apart to the phrase)."""
+    train = set(_OWN_ROWS[spec.name]["train"][0])
+    return sum(text in train for text in _OWN_ROWS[spec.name]["dev"][0])
 
 
 def _is_int(value: str) -> bool:
@@ -429,8 +389,8 @@ def load_split(
     spec = get_task(task)
     split = _check_split(split)
     if spec.files:
-        texts, labels = read_own_file(spec.files[SPLITS.index(split)], spec)
-        return take_subset(Split(spec, split, texts, labels, Path(spec.files[SPLITS.index(split)]).name, is_toy=False),
+        texts, labels = _OWN_ROWS[spec.name][split]
+        return take_subset(Split(spec, split, list(texts), list(labels), Path(spec.files[SPLITS.index(split)]).name, is_toy=False),
                            max_examples, seed)
     if source not in SOURCES:
         raise ValueError(f"source must be one of {', '.join(SOURCES)}; got {source!r}")
