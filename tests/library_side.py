@@ -13,7 +13,9 @@ transformers), does one job and writes its tensors to the job's "out" file (safe
   random non-zero weights for it and the head, ``save_adapter(DIR, name, with_head=True, use_safetensors=True)``
   (or ``save_adapter_setup``, or a ``.bin``), give the logits;
 * ``equivalent`` — build a preset, copy adapterlab's adapter weights in by name, give the last hidden states
-  (the computation alone, without any export).
+  (the computation alone, without any export);
+* ``snippet``    — run the given Python (the loading code of an exported folder's README.md, as written), give the
+  logits of the ``model`` it builds and the names of its classifier's rows.
 """
 
 from __future__ import annotations
@@ -35,9 +37,19 @@ def _batch(job):
     return {"input_ids": tensors["input_ids"], "attention_mask": tensors["attention_mask"]}
 
 
+def _by_row(id2label: dict) -> dict:
+    """An id2label map as transformers and AdapterHub take it: JSON's keys are text, theirs are row numbers."""
+    return {int(row): name for row, name in id2label.items()}
+
+
 def _model(job, heads: bool = True):
+    """``id2label``: the model config's label names, as a user sets them (with label2id) in from_pretrained."""
     cls = transformers.BertForSequenceClassification if heads else transformers.BertModel
-    model = cls.from_pretrained(job["base"]).eval()
+    labels = {}
+    if job.get("id2label"):
+        id2label = _by_row(job["id2label"])
+        labels = {"id2label": id2label, "label2id": {name: row for row, name in id2label.items()}}
+    model = cls.from_pretrained(job["base"], **labels).eval()
     adapters.init(model)
     return model
 
@@ -62,6 +74,8 @@ def save(job):
     model = adapters.AutoAdapterModel.from_pretrained(job["base"]).eval() if head is not None else _model(job)
     model.add_adapter(job["name"], config=PRESETS[job["preset"]](**job["settings"]), set_active=True)
     if head is not None:
+        if "id2label" in head:
+            head = {**head, "id2label": _by_row(head["id2label"])}
         model.add_classification_head(job["name"], **head)
     model.eval()  # the modules just added start in training mode (dropout on)
     generator = torch.Generator().manual_seed(job["seed"])
@@ -96,10 +110,20 @@ def equivalent(job):
     return {"hidden": hidden}, {}
 
 
+def snippet(job):
+    scope = {}
+    exec(job["code"], scope)  # noqa: S102 (the code an export wrote, run as its README says to)
+    model = scope["model"]  # as the code leaves it: no eval() that the README does not say
+    labels = model.get_labels_dict() if hasattr(model, "heads") else model.config.id2label
+    with torch.no_grad():
+        logits = model(**_batch(job)).logits
+    return {"logits": logits}, {"labels": [labels[row] for row in range(len(labels))]}
+
+
 def main(path: str) -> None:
     with open(path, encoding="utf-8") as handle:
         job = json.load(handle)
-    tensors, info = {"load": load, "save": save, "equivalent": equivalent}[job["job"]](job)
+    tensors, info = {"load": load, "save": save, "equivalent": equivalent, "snippet": snippet}[job["job"]](job)
     safetensors.torch.save_file({k: v.contiguous() for k, v in tensors.items()}, job["out"])
     info["versions"] = {"adapters": adapters.__version__, "transformers": transformers.__version__}
     with open(job["out"] + ".json", "w", encoding="utf-8") as handle:

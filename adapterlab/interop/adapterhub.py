@@ -23,7 +23,8 @@ on a ``BertForSequenceClassification``; ``use_safetensors=True`` is needed, with
 * ``head_config.json`` and ``model_head.safetensors`` — the classifier, as the library saves a static head; with a
   trained pooler, AdapterHub's default classification head (``add_classification_head(name)``: dense and tanh on
   the first token, then the classifier: exactly BERT's pooler and classifier), which ``AutoAdapterModel`` loads
-  with the adapter by itself.
+  with the adapter by itself. Its ``label2id`` names the rows with the task's labels (``load_adapter`` sets the
+  model's ``id2label`` from it); a static head needs a model of as many labels (``num_labels``).
 * ``trained_backbone.safetensors`` — only with ``--backbone-tensors``: the backbone's trained LayerNorms, which no
   AdapterHub adapter holds (the library keeps LayerNorms frozen). Loading them is a step of its own, after the
   adapter: the folder's README.md and ``adapterlab export`` print it, marked REQUIRED. A set that trained them is
@@ -34,6 +35,8 @@ Import also takes what the library's users save: the flexible classification hea
 ParBn's number is the parallel scale), dropout (training only), ``DoubleSeqBnConfig(residual_before_ln=False)``
 (the same residual without an Add & Norm before the adapter), ``pytorch_adapter.bin`` / ``pytorch_model_head.bin``
 (read with torch's restricted unpickler) and the top folder of ``save_adapter_setup`` (its one adapter's subfolder).
+A head whose ``label2id`` names the task's labels in another order comes in with its rows in the task's order
+(:func:`adapterlab.interop.common.label_order`).
 
 A LoRA set of the query and value projections goes as AdapterHub's LoRAConfig (``selfattn_lora``, ``attn_matrices``
 q and v, ``alpha``; ``version`` 1.3.0, for the library resets alpha to r when it reads a LoRA of a version below
@@ -55,8 +58,8 @@ from pathlib import Path
 import safetensors.torch
 import torch
 
-from .common import (BASE, LAYER_NAME, InteropError, copy_into, hub_name, layer_tensors, read_weights,
-                     split_backbone_tensors, write_json)
+from .common import (BASE, LAYER_NAME, InteropError, copy_into, hub_name, label_names, layer_tensors, load_preamble,
+                     read_weights, split_backbone_tensors, stated_labels, write_json)
 from .peft import dropout_note
 
 LIBRARY_VERSION = "adapters.1.3.0"
@@ -162,7 +165,7 @@ def write_adapterhub(manifest: dict, tensors: dict[str, torch.Tensor], folder: P
     write_json(folder / CONFIG_FILE, {"config": hub_config, "name": name, **common})
     safetensors.torch.save_file(weights, str(folder / WEIGHTS_FILE))
     num_labels = manifest["backbone"]["num_labels"]
-    labels = {f"LABEL_{i}": i for i in range(num_labels)}
+    labels = {name: row for row, name in enumerate(label_names(manifest))}
     if pooler:  # a trained pooler and the classifier are AdapterHub's default classification head
         head_config = {"config": {"head_type": "classification", "num_labels": num_labels, "layers": 2,
                                   "activation_function": "tanh", "use_pooler": False, "bias": True,
@@ -177,20 +180,25 @@ def write_adapterhub(manifest: dict, tensors: dict[str, torch.Tensor], folder: P
     safetensors.torch.save_file({k: v.contiguous() for k, v in head.items()}, str(folder / HEAD_FILE))
     if layernorms:
         safetensors.torch.save_file({k: v.contiguous() for k, v in layernorms.items()}, str(folder / BACKBONE_FILE))
-    (folder / "README.md").write_text("\n".join(["# Load this adapter (DIR: this folder)", "", "```python"]
-                                                + load_lines(folder, "DIR") + ["```", ""]), encoding="utf-8")
 
 
-def load_lines(folder: Path, where: str) -> list[str]:
-    """The Python that loads the exported ``folder`` (called ``where`` in the text) in AdapterHub, every step of it
-    (written into its README.md and printed by `adapterlab export`)."""
+def load_lines(folder: Path, record: dict, where) -> list[str]:
+    """The Python that loads the exported ``folder`` (to be found at ``where``) in AdapterHub, every step of it: a
+    static head is as many labels wide as the set's classifier, and load_adapter names its labels."""
     flexible = json.loads((folder / HEAD_CONFIG_FILE).read_text(encoding="utf-8")).get("config") is not None
-    model = ("model = adapters.AutoAdapterModel.from_pretrained(BASE)  # its classification head is the trained "
-             "pooler and the classifier" if flexible else
-             "model = transformers.BertForSequenceClassification.from_pretrained(BASE); adapters.init(model)")
-    lines = [model, f"model.load_adapter('{where}', use_safetensors=True, set_active=True)"]
-    if (folder / BACKBONE_FILE).is_file():
-        lines.append(f"model.load_state_dict(safetensors.torch.load_file('{where}/{BACKBONE_FILE}'), strict=False)"
+    backbone_file = (folder / BACKBONE_FILE).is_file()
+    modules = ["adapters", "transformers"] + (["safetensors.torch"] if backbone_file else [])
+    lines = load_preamble(record, where, modules)
+    if flexible:
+        lines.append("model = adapters.AutoAdapterModel.from_pretrained(BASE)  # its classification head is the "
+                     "trained pooler and the classifier")
+    else:
+        num_labels = record["backbone"]["num_labels"]
+        lines += [f"model = transformers.BertForSequenceClassification.from_pretrained(BASE, num_labels={num_labels})",
+                  "adapters.init(model)"]
+    lines.append("model.load_adapter(DIR, use_safetensors=True, set_active=True)  # the head and its label names too")
+    if backbone_file:
+        lines.append(f"model.load_state_dict(safetensors.torch.load_file(DIR + '/{BACKBONE_FILE}'), strict=False)"
                      "  # REQUIRED: the trained LayerNorms; without this line the model computes something else")
     return lines
 
@@ -381,7 +389,8 @@ def read_adapterhub(folder: Path) -> dict:
         copy_into(model, {**renamed, **head}, str(folder))
 
     return {"method": placement, "base_model": hub.get("model_name") or "", "num_labels": num_labels, "name": name,
-            "apply": apply, "notes": dropout_note(config.get("dropout", 0.0), "dropout")}
+            "labels": _head_labels(folder), "apply": apply,
+            "notes": dropout_note(config.get("dropout", 0.0), "dropout")}
 
 
 def _fold_scale(tensors: dict, up: str, scale) -> None:
@@ -427,6 +436,15 @@ def _read_head(folder: Path) -> tuple[dict, dict, bool, int]:
         raise InteropError(f"{folder}: both its head and {BACKBONE_FILE} hold a pooler; the folder is damaged")
     pooled = {**head, **extra}
     return pooled, layernorms, any(k.startswith(f"{BASE}.pooler.") for k in pooled), head["classifier.weight"].shape[0]
+
+
+def _head_labels(folder: Path) -> tuple[list[str], str] | None:
+    """The names of the head's rows as head_config.json states them: the label2id of a classification head's
+    config, or of a static head's model config (common.stated_labels)."""
+    head_config = json.loads((folder / HEAD_CONFIG_FILE).read_text(encoding="utf-8"))
+    if head_config.get("config") is None:
+        return stated_labels(folder / HEAD_CONFIG_FILE, "label2id", head_config.get("label2id"))
+    return stated_labels(folder / HEAD_CONFIG_FILE, "config.label2id", head_config["config"].get("label2id"))
 
 
 def _flexible_head(folder: Path, head_config: dict, weights: dict) -> dict:
@@ -493,5 +511,6 @@ def _read_lora(folder: Path, hub: dict) -> dict:
         add_lora(model, rank=rank, alpha=alpha, targets="query_value", train_pooler=pooler)
         copy_into(model, {**renamed, **head}, str(folder))
 
-    return {"method": "lora", "base_model": hub.get("model_name") or "", "num_labels": num_labels,
-            "name": name, "apply": apply, "notes": dropout_note(config.get("dropout", 0.0), "dropout")}
+    return {"method": "lora", "base_model": hub.get("model_name") or "", "num_labels": num_labels, "name": name,
+            "labels": _head_labels(folder), "apply": apply,
+            "notes": dropout_note(config.get("dropout", 0.0), "dropout")}

@@ -95,12 +95,95 @@ def write_json(path: Path, data: dict) -> None:
 
 
 def export_record(manifest: dict, target: str) -> dict:
-    """What adapterlab_export.json says: which set this folder came from, for `adapterlab import` and for people."""
+    """What adapterlab_export.json says: which set this folder came from and the names of its classifier's rows
+    (PEFT's folder has no place for them), for `adapterlab import` and for people."""
     extra = manifest.get("extra") or {}
     method = manifest.get("method", "adapters")
     return {"exported_by": "adapterlab", "adapterlab_version": manifest.get("adapterlab_version"), "target": target,
             "method": (manifest.get("adapter") or {}).get("placement", method), "backbone": manifest["backbone"],
-            "task": extra.get("task"), "seed": extra.get("seed", 0), "source_checksum": manifest.get("checksum")}
+            "task": extra.get("task"), "seed": extra.get("seed", 0), "source_checksum": manifest.get("checksum"),
+            "id2label": dict(enumerate(label_names(manifest)))}
+
+
+def label_names(manifest: dict) -> list[str]:
+    """The names of a set's classifier rows, which export writes: its task's, or transformers' LABEL_0, LABEL_1,
+    ... (no order stated) when the task is not known here (a task of the user's own files, trained in another
+    process)."""
+    from ..training.data import get_task
+
+    count = manifest["backbone"]["num_labels"]
+    try:
+        names = get_task((manifest.get("extra") or {}).get("task") or "").label_names
+    except ValueError:
+        names = ()
+    return list(names) if len(names) == count else [f"LABEL_{row}" for row in range(count)]
+
+
+def load_preamble(record: dict, where, modules: list[str]) -> list[str]:
+    """The first lines of an export's loading code: its imports, then BASE (the base model) and DIR (the folder),
+    so that the code runs as written."""
+    backbone = record["backbone"]["name"]
+    base = hub_name(backbone)
+    if base:
+        base_line = f"BASE = {base!r}  # the base model the adapter was trained on"
+    else:
+        base_line = (f"BASE = 'BASE_MODEL_FOLDER'  # {backbone} is a random backbone, which no hub name loads: "
+                     "the folder of the model the adapter was trained on")
+    return [*(f"import {module}" for module in modules), base_line,
+            f"DIR = {str(Path(where).resolve())!r}  # this folder"]
+
+
+# --------------------------------------------------------------------------------------------------
+# The order of a classifier's labels
+# --------------------------------------------------------------------------------------------------
+
+#: transformers' names for labels it was not told the names of: they state no order.
+GENERIC_LABEL = re.compile(r"LABEL_\d+", re.IGNORECASE)
+
+
+def stated_labels(path: Path, field: str, mapping) -> tuple[list[str], str] | None:
+    """(the name of each classifier row, where they are named) from a folder's label2id ({name: row}) or id2label
+    ({"row": name}) map; None when there is none. An InteropError naming the file and the field when it is not a
+    map of the rows 0, 1, ..."""
+    if mapping is None:
+        return None
+    pairs = []
+    if isinstance(mapping, dict):
+        pairs = [(row, name) for name, row in mapping.items()] if field.endswith("label2id") else list(mapping.items())
+    rows = {}
+    for row, name in pairs:
+        if isinstance(row, str) and row.isdecimal():
+            row = int(row)
+        if isinstance(row, int) and not isinstance(row, bool) and isinstance(name, str):
+            rows[row] = name
+    if not pairs or sorted(rows) != list(range(len(pairs))):
+        raise InteropError(f"{path}: {field} is not a map of labels to the rows 0, 1, ... ({mapping!r:.60}); the "
+                           "file is not one the library writes")
+    return [rows[row] for row in range(len(rows))], f"{field} in {path.name}"
+
+
+def label_order(stated: tuple[list[str], str] | None, task, folder) -> list[int] | None:
+    """The classifier row that scores each of the task's labels, when the folder's rows (``stated``) are the task's
+    labels (any case) in another order; None when they are in the task's order or state none (no names, or
+    transformers' LABEL_0, LABEL_1, ...). An InteropError, naming both orders, when they are other labels."""
+    if stated is None or all(GENERIC_LABEL.fullmatch(name) for name in stated[0]):
+        return None
+    names, where = stated
+    ours = [name.lower() for name in task.label_names]
+    if sorted(name.lower() for name in names) != sorted(ours):
+        raise InteropError(
+            f"{folder}: its classifier's rows are the labels {', '.join(names)} ({where}), the task {task.name}'s "
+            f"are {', '.join(task.label_names)}: they are not the same labels, so no row can be matched to the "
+            f"task's; pass the --task it was trained on, or rename them in {where} to the task's names")
+    order = [[name.lower() for name in names].index(label) for label in ours]
+    return None if order == list(range(len(order))) else order
+
+
+def reorder_classifier(model, order: list[int]) -> None:
+    """Put row ``order[i]`` of the classifier (weight and bias) in row i, where the task's label i is scored."""
+    with torch.no_grad():
+        for parameter in (model.classifier.weight, model.classifier.bias):
+            parameter.copy_(parameter[order])
 
 
 @contextlib.contextmanager
@@ -122,7 +205,7 @@ def read_export_record(folder) -> dict:
     if not path.exists():
         return {}
     record = read_json(path)
-    _check_fields(path, record, {"seed": _seed, "task": _text, "backbone": _object})
+    _check_fields(path, record, {"seed": _seed, "task": _text, "backbone": _object, "id2label": _object})
     _check_fields(path, record.get("backbone") or {}, {"name": _text}, within="backbone.")
     return record
 

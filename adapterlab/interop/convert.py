@@ -9,15 +9,20 @@ with its own public API, the classifier head included, safetensors only:
   parallel ParBnConfig, each with adapterlab's bottleneck, nonlinearity and layers.
 * **PEFT** (lora; :mod:`adapterlab.interop.peft`): ``PeftModel.from_pretrained(base, DIR)``.
 
+Its README.md holds the Python that loads it as written (the base model, the folder, the number of labels and
+their names: the task's, in the task's order).
+
 ``adapterlab import DIR --out RUN_FOLDER`` reads such a folder (written here or by the library itself) back
 into an adapter set that ``adapterlab evaluate`` loads. A folder whose computation no adapterlab method
-reproduces exactly is refused with a message that says why; nothing is ever loaded approximately.
+reproduces exactly is refused with a message that says why; nothing is ever loaded approximately. A classifier
+whose rows the folder names with the task's labels in another order comes in with its rows in the task's order;
+one named with other labels is refused, naming both.
 
 Both libraries call their manifest ``adapter_config.json``, and so does adapterlab: the three schemas differ
 (adapterlab's says ``"format": "adapterlab-adapter-set"``, PEFT's has a ``peft_type``, AdapterHub's a
 ``config`` and a ``version`` starting with ``adapters.``), :func:`folder_kind` tells them apart, and every
 reader here names the kind it found when it is not the one it wants. An exported folder also holds
-``adapterlab_export.json`` (which set it came from: task, seed, method; neither library reads it).
+``adapterlab_export.json`` (which set it came from: task, seed, method, label names; neither library reads it).
 """
 
 from __future__ import annotations
@@ -28,8 +33,12 @@ from safetensors import SafetensorError
 
 from ..methods.checkpoints import describe_kind, folder_kind
 from .common import (EXPORT_FILE, HUB_NAMES, InteropError, TARGETS, backbone_for, check_bert, check_library_folder,
-                     check_plain_files, export_record, read_export_record, read_set, write_errors_as_os_errors,
-                     write_json)
+                     check_plain_files, export_record, label_order, read_export_record, read_set, reorder_classifier,
+                     stated_labels, write_errors_as_os_errors, write_json)
+
+README = "README.md"
+#: Each target's library, by the name people know it by.
+LIBRARIES = {"adapterhub": "AdapterHub", "peft": "PEFT"}
 
 
 def export_set(run_folder, target: str, out, *, name: str | None = None, backbone_tensors: bool = False,
@@ -40,7 +49,7 @@ def export_set(run_folder, target: str, out, *, name: str | None = None, backbon
     place for, beside it in ``trained_backbone.safetensors`` (see :mod:`adapterlab.interop.adapterhub`); without it
     such a set is refused. A trained pooler goes as AdapterHub's classification head either way.
     """
-    from ..runs.folder import recover_read, writing_run_folder
+    from ..runs.folder import recover_read, write_new, writing_run_folder
 
     if target not in TARGETS:
         raise InteropError(f"--to must be one of {', '.join(TARGETS)}; got {target!r}")
@@ -60,7 +69,21 @@ def export_set(run_folder, target: str, out, *, name: str | None = None, backbon
         with write_errors_as_os_errors(out):
             write(manifest, tensors, staging, **options)
         write_json(staging / EXPORT_FILE, export_record(manifest, target))
+        write_new(staging / README, "\n".join([f"# Load this adapter in {LIBRARIES[target]}", "", "```python",
+                                                *load_code(staging, out), "```", ""]))
     return Path(out)
+
+
+def load_code(folder, where=None) -> list[str]:
+    """The Python that loads an exported folder in its library as written, every name it uses defined (its README.md
+    holds it, `adapterlab export` prints it); ``where``: where the folder will be (default: where it is)."""
+    folder = Path(folder)
+    record = read_export_record(folder)
+    if record["target"] == "adapterhub":
+        from .adapterhub import load_lines
+    else:
+        from .peft import load_lines
+    return load_lines(folder, record, folder if where is None else where)
 
 
 def import_set(folder, out, *, backbone: str | None = None, task: str | None = None,
@@ -117,11 +140,19 @@ def import_set(folder, out, *, backbone: str | None = None, task: str | None = N
     if plan["num_labels"] != spec.num_labels:
         raise InteropError(f"{folder}: its classifier has {plan['num_labels']} labels, the task {spec.name} has "
                            f"{spec.num_labels}: pass the --task it was trained on")
+    # the library's own names for the rows, else those an export recorded (PEFT's folder has no place for them)
+    stated = plan["labels"] or stated_labels(folder / EXPORT_FILE, "id2label", record.get("id2label"))
+    order = label_order(stated, spec, folder)
+    if order:
+        plan["notes"].append(f"its classifier's rows scored {', '.join(stated[0])}: they are put in {spec.name}'s "
+                             f"order, {', '.join(spec.label_names)}")
     task_name = spec.name
     seed = record.get("seed") or 0
     with writing_run_folder(out, overwrite=overwrite, command="import", reads=folder) as staging:
         model, _, info = load_backbone(name, num_labels=plan["num_labels"], fallback=False, seed=seed)
         plan["apply"](model)
+        if order:
+            reorder_classifier(model, order)
         save_adapter_set(model, staging, backbone=info,
                          extra={"task": task_name, "seed": seed,
                                 "imported_from": {"kind": kind, "folder": str(folder), "base_model": plan["base_model"]}})

@@ -13,11 +13,15 @@ same backbone:
 * ``adapter_model.safetensors`` — ``base_model.model.bert.encoder.layer.{i}.{target}.lora_A.weight`` (r × in) and
   ``lora_B.weight`` (out × r), or ``{module}.ia3_l``, and the classifier (and pooler) under ``base_model.model.``.
 
+PEFT's folder has no place for the number and names of the labels: the base model is made with them
+(``num_labels``, ``id2label``, ``label2id``), as the folder's README.md shows; adapterlab_export.json records them.
+
 Reading takes what users save: the targets are read from the matrices the folder holds (a list, a regex or
 ``layers_to_transform`` that name adapterlab's targets all come in); ``use_rslora``, ``rank_pattern``,
 ``alpha_pattern`` and ``layers_to_transform`` are exact changes of the matrices; dropout acts in training only;
-``adapter_model.bin`` is read with torch's restricted unpickler. A LoRA whose init rewrites the base weights
-(PiSSA, OLoRA, CorDA, LoftQ, LoRA-GA) is refused with PEFT's conversion to plain LoRA.
+``adapter_model.bin`` is read with torch's restricted unpickler; the model's ``config.json`` saved beside the
+adapter names the classifier's rows (its ``id2label``). A LoRA whose init rewrites the base weights (PiSSA, OLoRA,
+CorDA, LoftQ, LoRA-GA) is refused with PEFT's conversion to plain LoRA.
 """
 
 from __future__ import annotations
@@ -30,10 +34,12 @@ from pathlib import Path
 import safetensors.torch
 import torch
 
-from .common import (BASE, InteropError, copy_into, hub_name, layer_tensors, read_weights, split_backbone_tensors,
-                     write_json)
+from .common import (BASE, EXPORT_FILE, InteropError, copy_into, hub_name, layer_tensors, load_preamble, read_json,
+                     read_weights, split_backbone_tensors, stated_labels, write_json)
 
 CONFIG_FILE = "adapter_config.json"
+#: The model's transformers config, which a PEFT folder may hold beside the adapter (model.config.save_pretrained).
+MODEL_CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "adapter_model.safetensors"
 TORCH_WEIGHTS_FILE = "adapter_model.bin"
 PREFIX = "base_model.model."
@@ -176,6 +182,28 @@ def _head(weights: dict, saved: set, folder: Path) -> dict:
     return head
 
 
+def load_lines(folder: Path, record: dict, where) -> list[str]:
+    """The Python that loads the exported ``folder`` (to be found at ``where``) with PEFT: the base model's
+    classifier as many labels wide as the set's, named as the task names them (PEFT's folder does not say)."""
+    names = stated_labels(folder / EXPORT_FILE, "id2label", record["id2label"])[0]
+    id2label = dict(enumerate(names))
+    label2id = {name: row for row, name in id2label.items()}
+    return [*load_preamble(record, where, ["peft", "transformers"]),
+            "base = transformers.AutoModelForSequenceClassification.from_pretrained(",
+            f"    BASE, num_labels={len(names)}, id2label={id2label!r}, label2id={label2id!r})",
+            "model = peft.PeftModel.from_pretrained(base, DIR)"]
+
+
+def _model_labels(folder: Path) -> tuple[list[str], str] | None:
+    """The names of the classifier's rows as the model config saved beside the adapter states them, if there is
+    one (its id2label; transformers writes label2id with it)."""
+    if not (folder / MODEL_CONFIG_FILE).is_file():
+        return None
+    config = read_json(folder / MODEL_CONFIG_FILE)
+    field = "id2label" if config.get("id2label") is not None else "label2id"
+    return stated_labels(folder / MODEL_CONFIG_FILE, field, config.get(field))
+
+
 def _read_weights(folder: Path) -> dict:
     return {k.removeprefix(PREFIX): v for k, v in
             read_weights(folder, WEIGHTS_FILE, TORCH_WEIGHTS_FILE, RESAVE).items()}
@@ -239,7 +267,8 @@ def read_peft(folder: Path) -> dict:
         copy_into(model, {**renamed, **zeros, **head}, str(folder))
 
     return {"method": "lora", "base_model": config.get("base_model_name_or_path") or "",
-            "num_labels": head["classifier.weight"].shape[0], "name": None, "apply": apply, "notes": notes}
+            "num_labels": head["classifier.weight"].shape[0], "name": None, "labels": _model_labels(folder),
+            "apply": apply, "notes": notes}
 
 
 #: LoraConfig fields whose effect is an exact change of the matrices (each module's own scale and rank, the layers
@@ -322,4 +351,5 @@ def _read_ia3(folder: Path, config: dict) -> dict:
         copy_into(model, {**renamed, **head}, str(folder))
 
     return {"method": "ia3", "base_model": config.get("base_model_name_or_path") or "",
-            "num_labels": head["classifier.weight"].shape[0], "name": None, "apply": apply, "notes": []}
+            "num_labels": head["classifier.weight"].shape[0], "name": None, "labels": _model_labels(folder),
+            "apply": apply, "notes": []}
