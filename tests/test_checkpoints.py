@@ -554,3 +554,18 @@ def test_weights_that_are_not_finite_are_refused_at_save_and_the_set_before_is_k
     with pytest.raises(CheckpointError, match="nothing was saved"):
         save_adapter_set(model, tmp_path / "new", dtype=dtype)
     assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda m: m["backbone"].update(num_labels=10**8), "backbone.num_labels must be at most 100,000"),
+    (lambda m: m["adapter"].update(bottleneck=10**7), "adapter.bottleneck must be at most 65,536"),
+    (lambda m: m["adapter"].update(bottleneck=0), "adapter.bottleneck must be"),
+])
+def test_sizes_read_from_a_resealed_config_are_bounded_before_anything_is_built(saved, change, message):
+    """A size out of bounds would build a classifier of 10^8 rows (minutes toward out-of-memory) or a bottleneck
+    of 10^7 before anything said why; the CLI and `import` hold sizes to the same bounds."""
+    from adapterlab.checkpoints import read_adapter_config
+
+    rewrite_config(saved[1], change)
+    with pytest.raises(CheckpointError, match=message):
+        read_adapter_config(saved[1])

@@ -3,7 +3,9 @@ in the middle leaves nothing the next command on that folder trips over."""
 
 from __future__ import annotations
 
+import os
 import signal
+import threading
 
 import pytest
 import safetensors.torch
@@ -14,7 +16,7 @@ from adapterlab.backbones import TINY, load_backbone
 from adapterlab.checkpoints import save_adapter_set
 from adapterlab.cli import FAILED, OK, USAGE, main
 from adapterlab.placement import apply_method
-from adapterlab.run_folder import claim_run_folder
+from adapterlab.run_folder import RunFolderError, claim_run_folder, hidden_name
 from adapterlab.training import backbones
 
 from test_never_lose_work import (FAST, error_lines, finish, hidden_beside, report, start, wait_for,
@@ -109,3 +111,34 @@ def test_export_onto_a_full_disk_ends_in_one_plain_line(peft_folder, tmp_path, c
     lines = error_lines(err, "export")
     assert len(lines) == 1 and len(err.strip().splitlines()) == 1 and "the disk is full" in lines[0], err
     assert not out.exists() and hidden_beside(out) == []
+
+
+def test_a_hard_link_at_the_lock_path_is_refused_and_its_file_kept(tmp_path):
+    """O_NOFOLLOW stops a symbolic link, not a hard link: the lock's note would truncate the linked file."""
+    target = tmp_path / "notes.txt"
+    target.write_text("keep me")
+    os.link(target, tmp_path / hidden_name(tmp_path / "run", "lock"))
+    with pytest.raises(RunFolderError, match="is a link \\(symbolic or hard\\) or not a plain file"), \
+            claim_run_folder(tmp_path / "run"):
+        pass
+    assert target.read_text() == "keep me"
+
+
+def test_a_folder_where_no_file_can_be_made_ends_in_one_line_not_a_spin(tmp_path):
+    """/proc/self refuses new files with "no such file": the lock must not retry that for ever."""
+    if not os.path.isdir("/proc/self"):
+        pytest.skip("no /proc on this system")
+    outcome = []
+
+    def claim():
+        try:
+            with claim_run_folder("/proc/self/run"):
+                outcome.append("claimed")
+        except RunFolderError as error:
+            outcome.append(str(error))
+
+    worker = threading.Thread(target=claim, daemon=True)
+    worker.start()
+    worker.join(timeout=20)
+    assert not worker.is_alive(), "the lock kept retrying"
+    assert len(outcome) == 1 and outcome[0].startswith("cannot write the run to /proc/self/run")

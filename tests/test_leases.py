@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 
@@ -110,6 +111,40 @@ def test_a_folder_or_a_link_in_a_leases_place_is_named_with_the_fix(tmp_path):
     with pytest.raises(LeaseError, match="is a symbolic link, not a lease file: remove it"):
         leases.take("run b")
     assert target.read_text() == "keep me"
+
+
+def test_a_hard_link_a_named_pipe_or_a_linked_leases_folder_is_refused_and_nothing_is_written(tmp_path):
+    leases = Leases(tmp_path / "store" / ".leases")
+    leases.folder.mkdir(parents=True)
+    target = tmp_path / "elsewhere"
+    target.write_text("keep me")
+    os.link(target, leases._path("run a"))
+    with pytest.raises(LeaseError, match="is a hard link to another file, which a lease never writes: remove it"):
+        leases.take("run a")
+    assert target.read_text() == "keep me"
+
+    os.mkfifo(leases._path("run b"))
+    outcome = []
+    for call in (leases.take, leases.holder):  # the holder's read would wait for a writer for ever
+        worker = threading.Thread(target=lambda call=call: outcome.append(_raised(call, "run b")), daemon=True)
+        worker.start()
+        worker.join(timeout=20)
+        assert not worker.is_alive(), f"{call.__name__} blocked on a named pipe"
+    assert outcome == ["not a regular file"] * 2
+
+    linked = Leases(tmp_path / "linked")
+    linked.folder.symlink_to(tmp_path / "store", target_is_directory=True)
+    with pytest.raises(LeaseError, match="is a link or a file, not the store's leases folder"):
+        linked.take("run c")
+    assert not list((tmp_path / "store").glob("*.lock"))
+
+
+def _raised(call, identity):
+    try:
+        call(identity)
+    except LeaseError as error:
+        return "not a regular file" if "not a regular file" in str(error) else str(error)
+    return "no error"
 
 
 def test_a_full_disk_during_a_take_still_leases_the_run_and_frees_it_after(tmp_path, monkeypatch):

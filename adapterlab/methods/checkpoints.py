@@ -54,8 +54,8 @@ from torch import nn
 
 from ..model.placement import PlacementError, encoder_layers
 from ..model.trainable import parameter_group
+from ..validation import MAX_SEED, SIZE_LIMITS, check_size, json_safe
 from .registry import SavedSet, saveable, saved_sets
-from ..validation import MAX_SEED, json_safe
 
 TENSORS_FILE = "adapters.safetensors"
 CONFIG_FILE = "adapter_config.json"
@@ -312,16 +312,31 @@ def read_adapter_config(directory) -> dict:
         raise CheckpointError(f"{path} is malformed: its method {manifest.get('method')!r} is not one of "
                               f"{', '.join(named)} (adapter sets name none)") from None
     required = {kind.entry: dict, "backbone": dict, "sha256": str}
-    for key, kind in required.items():
-        if not isinstance(manifest.get(key), kind):
-            raise CheckpointError(f"{path} is malformed: {key!r} is missing or not a {kind.__name__}")
+    for key, expected in required.items():
+        if not isinstance(manifest.get(key), expected):
+            raise CheckpointError(f"{path} is malformed: {key!r} is missing or not a {expected.__name__}")
     if not re.fullmatch(r"[0-9a-f]{64}", manifest["sha256"]):
         raise CheckpointError(f"{path} is malformed: 'sha256' is not a SHA-256 hex digest")
     for key in ("hidden_size", "num_layers", "num_labels"):
         if not isinstance(manifest["backbone"].get(key), int):
             raise CheckpointError(f"{path} is malformed: backbone.{key} is missing or not an integer")
+    _check_sizes(manifest, kind.entry, path)
     _check_extra(manifest.get("extra", {}), path)
     return manifest
+
+
+def _check_sizes(manifest: dict, entry: str, path: Path) -> None:
+    """The sizes a reader builds a model from, within the bounds ``import`` and the command line hold them to: a
+    config whose checksum was remade around ``num_labels`` 10^8 would otherwise run for minutes toward
+    out-of-memory before anything said why."""
+    sizes = {"backbone.num_labels": (manifest["backbone"]["num_labels"], "num_labels")}
+    sizes.update({f"{entry}.{key}": (manifest[entry][key], key) for key in ("bottleneck", "rank")
+                  if key in manifest[entry]})
+    for name, (value, limit) in sizes.items():
+        try:
+            check_size(name, value, SIZE_LIMITS[limit])
+        except ValueError as error:
+            raise CheckpointError(f"{path} is malformed: {error}; the adapter set is damaged") from None
 
 
 def _check_extra(extra, path: Path) -> None:

@@ -353,29 +353,46 @@ def claim_run_folder(out, wait: bool = False):
         os.close(handle)
 
 
+#: How often a lock file that another process removes between two opens is looked for again.
+LOCK_OPEN_TRIES = 100
+
+
 def _open_lock(path: Path, out) -> int:
     """Open (or create) the lock file without following a link: a link planted at its name would otherwise
     have its target truncated and overwritten by the lock's note."""
     flags = os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-    while True:
+    for _ in range(LOCK_OPEN_TRIES):
         try:
+            handle = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
             try:
-                handle = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileExistsError:
                 handle = os.open(path, flags)
-        except FileNotFoundError:  # its holder removed it between the two opens
-            continue
+            except FileNotFoundError:  # its holder removed it between the two opens: try again
+                continue
+            except OSError as error:
+                _raise_unless_a_link(error, path, out)
+                handle = None
         except OSError as error:
-            if error.errno != errno.ELOOP:
-                raise RunFolderError(f"cannot write the run to {out} ({os_error_reason(error)}); choose an --out "
-                                     "folder you can write to") from None
+            _raise_unless_a_link(error, path, out)
             handle = None
-        if handle is not None and stat.S_ISREG(os.fstat(handle).st_mode):
-            return handle
         if handle is not None:
+            status = os.fstat(handle)
+            if stat.S_ISREG(status.st_mode) and status.st_nlink == 1:
+                return handle
             os.close(handle)
-        raise RunFolderError(f"the lock file {path} of --out {out} is a link or not a plain file, which is never "
-                             "followed or written; delete it, or choose another folder")
+        raise RunFolderError(f"the lock file {path} of --out {out} is a link (symbolic or hard) or not a plain file, "
+                             "which is never followed or written; delete it, or choose another folder")
+    raise RunFolderError(f"the lock file {path} of --out {out} kept vanishing as it was opened ({LOCK_OPEN_TRIES} "
+                         "tries); choose an --out folder on a file system that keeps files")
+
+
+
+def _raise_unless_a_link(error: OSError, path: Path, out) -> None:
+    """A symbolic link at the lock's name is refused by the caller, with the others that are not a plain file;
+    any other failure to open it is the folder's: raise :class:`RunFolderError`."""
+    if error.errno != errno.ELOOP:
+        raise RunFolderError(f"cannot write the run to {out} ({os_error_reason(error)}); choose an --out folder you "
+                             "can write to") from None
 
 
 def _same_file(handle: int, path: Path) -> bool:

@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import socket
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +30,9 @@ except ImportError:  # Windows
     fcntl = None
     import msvcrt
 
-_OPEN_FLAGS = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+#: Never through a symbolic link, never blocking (a named pipe planted at a lease's name would block a read).
+_OPEN_FLAGS = (os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+               | getattr(os, "O_NONBLOCK", 0))
 
 
 class LeaseError(ValueError):
@@ -73,22 +76,38 @@ class Leases:
         return self.folder / f"{hashlib.sha256(identity.encode()).hexdigest()[:20]}.lock"
 
     def _open(self, path: Path) -> int:
+        """The lease file, opened for locking: a regular file of its own, since its description is written into
+        it (a hard link would have another file truncated and overwritten, a named pipe would block a read)."""
         try:
-            return os.open(path, _OPEN_FLAGS, 0o644)
-        except (IsADirectoryError, NotADirectoryError) as error:
+            descriptor = os.open(path, _OPEN_FLAGS, 0o644)
+        except (IsADirectoryError, NotADirectoryError):
             raise LeaseError(f"{path} is a folder, not a lease file: remove it (no process uses a "
-                                          "lease folder) and run the command again") from None
-        except OSError as error:
+                             "lease folder) and run the command again") from None
+        except OSError:
             if path.is_symlink():
                 raise LeaseError(f"{path} is a symbolic link, not a lease file: remove it and run the "
-                                              "command again") from None
+                                 "command again") from None
             raise
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode) or status.st_nlink != 1:
+            os.close(descriptor)
+            what = "a hard link to another file" if stat.S_ISREG(status.st_mode) else "not a regular file"
+            raise LeaseError(f"{path} is {what}, which a lease never writes: remove it and run the command again")
+        return descriptor
+
+    def _check_folder(self) -> None:
+        """The leases folder is a real folder of the store: a link would put the leases, and what they write,
+        somewhere else."""
+        if self.folder.is_symlink() or (self.folder.exists() and not self.folder.is_dir()):
+            raise LeaseError(f"{self.folder} is a link or a file, not the store's leases folder: remove it and run "
+                             "the command again")
 
     def take(self, identity: str, what: str = "") -> bool:
         """Lease the run named by ``identity`` to this process (``what`` describes it to a waiting process);
         False when another live process holds it. Taking a run this process holds already is True."""
         if identity in self._held:
             return True
+        self._check_folder()
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self._path(identity)
         while True:
