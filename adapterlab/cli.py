@@ -62,7 +62,7 @@ def _add_own_task_flags(parser: argparse.ArgumentParser) -> None:
 
 def _task_of(args) -> str | None:
     """The task's name: the user's own files' (registered for this process) when they are given, else --task."""
-    from .training.data import dev_rows_in_train, get_task, load_split, own_task
+    from .training.data import dev_rows_in_train, get_task, own_task
 
     given = [args.train_file, args.dev_file, args.text_column]
     if not any(given):
@@ -74,9 +74,9 @@ def _task_of(args) -> str | None:
                            USAGE)
     with usage_errors():
         spec = own_task(args.train_file, args.dev_file, args.text_column, args.label_column)
-    shared = dev_rows_in_train(spec)
+    shared, dev_rows = dev_rows_in_train(spec)
     if shared:
-        print(f"adapterlab {args.command}: note: {shared} of the dev file's {len(load_split(spec, 'dev'))} rows also "
+        print(f"adapterlab {args.command}: note: {shared} of the dev file's {dev_rows} rows also "
               "occur word for word in the train file; their score measures memory, not how the model generalises",
               file=sys.stderr)
     return spec.name

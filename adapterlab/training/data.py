@@ -37,8 +37,8 @@ import torch
 
 from ..paths import DATA_DIR, project_path
 from ..validation import check_positive_int
-from .hub import hub_reachable
 from .data_errors import DataError
+from .hub import hub_reachable
 from .own_files import check_file, read_rows
 
 DATA_ENV = "ADAPTERLAB_DATA"
@@ -305,11 +305,12 @@ def own_task(train_file, dev_file, text_columns, label_column: str) -> TaskSpec:
     return spec
 
 
-def dev_rows_in_train(spec: TaskSpec) -> int:
-    """How many of an own task's dev rows also occur, word for word, among its train rows: those rows score what
-    the model remembers, not how it generalises (the course's own protocol keeps SST-2's apart to the phrase)."""
-    train = set(_OWN_ROWS[spec.name]["train"][0])
-    return sum(text in train for text in _OWN_ROWS[spec.name]["dev"][0])
+def dev_rows_in_train(spec: TaskSpec) -> tuple[int, int]:
+    """How many of an own task's dev rows also occur, word for word, among its train rows, and how many dev rows
+    it has: those rows score what the model remembers, not how it generalises (the course's own protocol keeps
+    SST-2's apart to the phrase)."""
+    train, dev = set(_OWN_ROWS[spec.name]["train"][0]), _OWN_ROWS[spec.name]["dev"][0]
+    return sum(text in train for text in dev), len(dev)
 
 
 def _is_int(value: str) -> bool:
