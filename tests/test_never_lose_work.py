@@ -112,7 +112,8 @@ def wait_for(process: subprocess.Popen, word: str, timeout: float = 300) -> str:
         if line.strip() == word:
             return "".join(seen)
     process.kill()
-    raise AssertionError(f"no {word} within {timeout} s")
+    raise AssertionError(f"no {word} within {timeout} s; its output: {''.join(seen)[-1000:]!r}; its errors: "
+                         f"{process.stderr.read()[-3000:]!r}")
 
 
 def finish(process: subprocess.Popen, timeout: float = 300) -> tuple[int, str, str]:
