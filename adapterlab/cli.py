@@ -51,8 +51,9 @@ def _add_own_task_flags(parser: argparse.ArgumentParser) -> None:
     """Flags that make a task of the user's own CSV/TSV/JSON files (adapterlab.training.data.own_task)."""
     own = parser.add_argument_group(
         "your own task (instead of --task)",
-        "The files are read in memory, as they are when the command starts: nothing is copied or cached from them "
-        "(the run in --out records their fingerprint, not their rows).")
+        "The files are read in memory, as they are when the command starts: nothing is copied or cached from them. "
+        "A run records their fingerprint (both files and the columns), not their rows, so evaluate takes the same "
+        "four flags train was given.")
     own.add_argument("--train-file", default=None, metavar="FILE", help="labelled rows to train on (.csv, .tsv, .json)")
     own.add_argument("--dev-file", default=None, metavar="FILE", help="labelled rows to evaluate on (same columns)")
     own.add_argument("--text-column", nargs="+", default=None, metavar="COL",
@@ -60,8 +61,9 @@ def _add_own_task_flags(parser: argparse.ArgumentParser) -> None:
     own.add_argument("--label-column", default="label", metavar="COL", help="the column holding the class (default: label)")
 
 
-def _task_of(args) -> str | None:
-    """The task's name: the user's own files' (registered for this process) when they are given, else --task."""
+def _task_of(args, trained_as: str | None = None) -> str | None:
+    """The task's name: the user's own files' (registered for this process) when they are given, else --task;
+    ``trained_as``: the own task a saved set was trained on, which the files must be."""
     from .training.data import dev_rows_in_train, get_task, own_task
 
     given = [args.train_file, args.dev_file, args.text_column]
@@ -73,7 +75,7 @@ def _task_of(args) -> str | None:
         raise CommandError(f"--task {args.task} and your own files (--train-file …) name two tasks: pass one of them",
                            USAGE)
     with usage_errors():
-        spec = own_task(args.train_file, args.dev_file, args.text_column, args.label_column)
+        spec = own_task(args.train_file, args.dev_file, args.text_column, args.label_column, trained_as)
     shared, dev_rows = dev_rows_in_train(spec)
     if shared:
         print(f"adapterlab {args.command}: note: {shared} of the dev file's {dev_rows} rows also "
@@ -480,11 +482,8 @@ def evaluate_command(args) -> int:
         manifest = adapter_set_config(args.checkpoint)
         extra = manifest.get("extra") or {}
         trained_on = extra.get("task")
-        task = get_task(_task_of(args) or trained_on or "sst2")
-        if trained_on and trained_on.startswith(OWN_PREFIX) and task.name != trained_on:
-            raise CommandError(f"the files given are not the files the adapter set in {args.checkpoint} was trained "
-                               f"on (their fingerprint is {task.name}, the training files' {trained_on}); pass the "
-                               "same --train-file, --dev-file, --text-column and --label-column", USAGE)
+        own = trained_on if trained_on and trained_on.startswith(OWN_PREFIX) else None
+        task = get_task(_task_of(args, trained_as=own) or trained_on or "sst2")
         if trained_on and task.name != get_task(trained_on).name:
             given = "your own files" if task.files else task.name
             drop = "drop the --train-file, --dev-file and --text-column flags" if task.files else "drop --task"

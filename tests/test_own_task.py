@@ -16,6 +16,7 @@ from adapterlab.backbones import TINY, load_backbone
 from adapterlab.checkpoints import load_adapter_set
 
 from adapterlab.cli import OK, USAGE, main
+from adapterlab.training import data
 from adapterlab.training.data import TASKS, DataError, load_split, own_task
 
 ROWS = [("a warm and funny film", "pos"), ("dull, slow and far too long", "neg"), ("I loved every minute", "pos"),
@@ -63,7 +64,7 @@ def test_evaluate_without_the_files_says_which_flags_to_pass(files, tmp_path, ca
     assert main(["train", "--out", str(tmp_path / "run"), "--backbone", TINY, "--bottleneck", "4", "--no-progress",
                  "--max-train", "8", *own]) == OK
     spec_name = json.loads((tmp_path / "run" / "metrics.json").read_text())["task"]
-    TASKS.pop(spec_name)  # a new process knows only GLUE's tasks
+    data._OWN_TASKS.pop(spec_name)  # a new process knows only GLUE's tasks
     assert main(["evaluate", "--checkpoint", str(tmp_path / "run")]) == USAGE
     assert "--train-file, --dev-file" in capsys.readouterr().err
 
@@ -193,6 +194,10 @@ def test_evaluate_on_other_files_names_both_fingerprints(files, tmp_path, capsys
     error = capsys.readouterr().err
     assert "not the files the adapter set" in error and trained_on in error and "--task" not in error.split(";")[0]
     assert own_task(other, dev, ["text"], "sentiment").name in error
+    relabelled = _write_csv(tmp_path / "relabelled.csv", [(t, {"pos": "yes", "neg": "no"}[y]) for t, y in ROWS])
+    assert main(["evaluate", "--checkpoint", str(tmp_path / "run"), "--train-file", str(relabelled), *own]) == USAGE
+    error = capsys.readouterr().err  # the files' fingerprint, not the dev labels the other train file lacks
+    assert "not the files the adapter set" in error and "outside the task's classes" not in error
 
 
 def test_training_on_own_files_writes_nothing_outside_out_with_an_unwritable_home(files, tmp_path):
@@ -210,3 +215,11 @@ def test_training_on_own_files_writes_nothing_outside_out_with_an_unwritable_hom
     assert done.returncode == OK, done.stderr
     made = [path for path in sorted(tmp_path.rglob("*")) if path not in before]
     assert made and all(path.is_relative_to(tmp_path / "run") for path in made), made
+
+
+def test_an_own_task_is_found_by_name_but_never_joins_glues_table(files):
+    """GLUE's table is what --task offers and every list of tasks names; an own task registered in the process
+    must not join it (a later parser would offer `--task own-…`, which only the files can make)."""
+    glue = dict(TASKS)
+    spec = own_task(*files, ["text"], "sentiment")
+    assert data.get_task(spec.name) is spec and TASKS == glue

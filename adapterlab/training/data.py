@@ -113,8 +113,8 @@ TASKS: dict[str, TaskSpec] = {
 def get_task(task: str | TaskSpec) -> TaskSpec:
     if isinstance(task, TaskSpec):
         return task
-    if str(task) in TASKS:  # an own task, registered by own_task under its fingerprint
-        return TASKS[str(task)]
+    if str(task) in _OWN_TASKS:  # an own task, registered by own_task under its fingerprint
+        return _OWN_TASKS[str(task)]
     if str(task).startswith(OWN_PREFIX):
         raise ValueError(f"{task} is a task of your own files: pass the same --train-file, --dev-file, "
                          "--text-column and --label-column it was trained with")
@@ -257,19 +257,23 @@ def _read_glue_rows(path: Path, mtime_ns: int, size: int, spec: TaskSpec) -> tup
 
 
 OWN_PREFIX = "own-"
+#: The own tasks registered in this process, by name: apart from GLUE's TASKS, whose table the command line's
+#: choices and every list of tasks read.
+_OWN_TASKS: dict[str, TaskSpec] = {}
 #: The rows of each own task registered in this process, by task name and split: parsed from the bytes its
 #: fingerprint was made of, so that the rows trained and scored are the rows the name stands for, even when a
 #: file is edited in place afterwards (under the same size and time).
 _OWN_ROWS: dict[str, dict[str, tuple[list, list[int]]]] = {}
 
 
-def own_task(train_file, dev_file, text_columns, label_column: str) -> TaskSpec:
+def own_task(train_file, dev_file, text_columns, label_column: str, trained_as: str | None = None) -> TaskSpec:
     """A task of the user's own labelled sentences (one text column) or sentence pairs (two): a CSV, TSV or
     JSON(-lines) train file and dev file, read in memory (:mod:`.own_files`: nothing is copied anywhere) and
     checked as GLUE's files are. The classes are the train file's label values (sorted); the task is scored by
     accuracy. Its name carries a fingerprint of both files and the columns, ``own-<12 hex digits>``, so that runs
     of other files never share a key; the task and its rows are registered under it for the rest of the process
-    (``get_task`` and :func:`load_split` find them)."""
+    (``get_task`` and :func:`load_split` find them). ``trained_as``: the name a saved set was trained under; other
+    files are refused by their fingerprint before their rows are read (their labels may not even be the set's)."""
     text_columns = tuple(text_columns)
     if len(text_columns) not in (1, 2):
         raise DataError(f"give one text column (sentences) or two (sentence pairs); got {len(text_columns)}")
@@ -284,6 +288,10 @@ def own_task(train_file, dev_file, text_columns, label_column: str) -> TaskSpec:
     for data in contents:
         digest.update(data)
     name = OWN_PREFIX + digest.hexdigest()[:12]
+    if trained_as is not None and name != trained_as:
+        raise DataError(f"these are not the files the adapter set was trained on (their fingerprint is {name}, the "
+                        f"training files' {trained_as}); a fingerprint covers both files and the columns, so pass the "
+                        "same --train-file, --dev-file, --text-column and --label-column as train")
     (train_texts, train_values), (dev_texts, dev_values) = (
         read_rows(path, data, text_columns, label_column) for path, data in zip(paths, contents))
     values = sorted(set(train_values), key=lambda v: (not _is_int(v), int(v) if _is_int(v) else 0, v))
@@ -301,7 +309,7 @@ def own_task(train_file, dev_file, text_columns, label_column: str) -> TaskSpec:
                     files=tuple(map(str, paths)), label_field=label_column)
     _OWN_ROWS[name] = {"train": (train_texts, [value_to_id[v] for v in train_values]),
                        "dev": (dev_texts, [value_to_id[v] for v in dev_values])}
-    TASKS[spec.name] = spec
+    _OWN_TASKS[spec.name] = spec
     return spec
 
 
