@@ -192,13 +192,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the run store (default: $ADAPTERLAB_RUNS, else runs/store in the project)")
 
     tune = commands.add_parser(
-        "tune", help="the fair comparison: every method's learning rate chosen on validation rows, then 3 seeds",
-        description="Seed 0 over each method's learning-rate grid (extended past an edge that wins; a near tie "
-                    "decided on two seeds), the rate with the best validation score, then seeds 0, 1, 2 at it (and "
-                    "3, 4 where a claim of the course is undecided), then the budget check; every run stored as it "
-                    "finishes, so a rerun resumes. Prints each point's selected rate and dev mean and spread, the "
-                    "claims' verdicts (paired by seed, Holm over the table's family) and the budget check. Tasks "
-                    "with a protocol: sst2, cola.")
+        "tune", help="the fair comparison: every method's learning rate chosen on validation rows, then 5 seeds",
+        description="Seed 0 over each method's learning-rate grid (a near tie decided on two seeds; extended past "
+                    "an edge that wins either way), the rate with the best validation score, then seeds 0-4 at it "
+                    "(fixed in advance for every point), then the budget check; every run stored as it finishes, "
+                    "so a rerun resumes. Prints each point's selected rate and dev mean and spread, the claims' "
+                    "verdicts (paired by seed, Holm over the table's family) and the budget check. Tasks with a "
+                    "protocol: sst2, cola.")
     tune.add_argument("--task", default="sst2", choices=tasks)
     tune.add_argument("--points", default=None, metavar="LABEL,...",
                       help="only these points of the comparison (default: all), e.g. 'Houlsby r=64,BitFit'")

@@ -111,7 +111,7 @@ def test_the_validation_noise_is_the_standard_error_of_one_score():
 ])
 def test_a_near_tie_at_seed_0_is_decided_on_the_mean_of_two_seeds(second, chosen):
     point = Point("BitFit", "bitfit")
-    first = {1e-3: 0.85, 3e-3: 0.86, 1e-2: 0.70}        # 0.01 apart: within 2 standard errors (0.022)
+    first = {3e-4: 0.70, 1e-3: 0.85, 3e-3: 0.86, 1e-2: 0.70}  # 0.01 apart: within 2 standard errors (0.022)
     stored = {}
     lookup = lambda c: stored.get((c.learning_rate, c.seed)) or (  # noqa: E731
         fake_lookup(lambda c: first[c.learning_rate])(c) if c.seed == 0 else None)
@@ -120,7 +120,8 @@ def test_a_near_tie_at_seed_0_is_decided_on_the_mean_of_two_seeds(second, chosen
     for config in needed:
         stored[config.learning_rate, 1] = fake_lookup(lambda c: second[c.learning_rate])(config)
     selection, needed = select(point, PROTOCOL, lookup)
-    assert needed == [] and selection.rate == chosen
+    assert needed == [] and selection.rate == chosen and not selection.at_edge
+    assert (3e-4 in selection.grid) == (chosen == 1e-3)  # two seeds chose BitFit's lowest rate: the grid grew
     assert selection.tie_scores == pytest.approx({rate: (first[rate] + second[rate]) / 2 for rate in second})
 
 
@@ -155,7 +156,7 @@ def test_sizes_wait_for_r64s_rate_then_are_tuned_over_it_and_its_neighbours():
     store[8, 1e-4, 0] = fake_lookup(score)(ready[0])           # 3e-4 won at the window's edge: one step past it
     ready, waiting, selections = plan(PROTOCOL, lookup, points)
     assert selections["Houlsby r=8"].rate == 3e-4 and selections["Houlsby r=8"].grid == [1e-4, 3e-4, 1e-3, 3e-3]
-    assert sorted((c.bottleneck, c.learning_rate, c.seed) for c in ready) == [(8, 3e-4, 1), (8, 3e-4, 2)]
+    assert sorted((c.bottleneck, c.learning_rate, c.seed) for c in ready) == [(8, 3e-4, s) for s in (1, 2, 3, 4)]
 
 
 def test_a_neighbour_grid_at_the_methods_edge_steps_past_it():
@@ -186,19 +187,36 @@ def _seeded_lookup(values):
                        lambda c: values.get(_label_of(c), [0.5] * 5)[c.seed])
 
 
-def test_an_undecided_claim_gives_both_of_its_points_seeds_3_and_4():
-    far = {"full fine-tuning": [0.86, 0.87, 0.88, 0.0, 0.0], "Houlsby r=64": [0.80, 0.81, 0.82, 0.0, 0.0]}
-    lookup = _seeded_lookup(far)                        # 6 points apart with spreads of 1: decided at 3 seeds
-    everything = lambda c: lookup(c) if c.seed in tuning.SEEDS else None  # noqa: E731
-    ready, _, _ = plan(PROTOCOL, everything)
-    assert [c for c in ready if c.seed in tuning.MORE_SEEDS] == []
-    close = {"full fine-tuning": [0.85, 0.87, 0.86, 0.86, 0.86], "Houlsby r=64": [0.84, 0.86, 0.85, 0.85, 0.85]}
-    lookup = _seeded_lookup(close)                      # 1 point apart with spreads of 1: undecided
-    everything = lambda c: lookup(c) if c.seed in tuning.SEEDS else None  # noqa: E731
-    ready, _, selections = plan(PROTOCOL, everything)
-    more = {(c.method, c.seed) for c in ready if c.seed in tuning.MORE_SEEDS}
-    assert {("full", 3), ("full", 4), ("houlsby", 3), ("houlsby", 4)} <= more
-    assert tuning.seeds_of(POINTS[0], selections, everything, PROTOCOL) == (0, 1, 2, 3, 4)
+def test_every_point_runs_the_same_five_seeds_whatever_the_first_ones_show():
+    """The design has one look: seeds 0-4 for every point, fixed in advance, whether the first three decide a claim
+    or not."""
+    for values in ({"full fine-tuning": [0.86, 0.87, 0.88, 0.0, 0.0], "Houlsby r=64": [0.80, 0.81, 0.82, 0.0, 0.0]},
+                   {"full fine-tuning": [0.85, 0.87, 0.86, 0.0, 0.0], "Houlsby r=64": [0.84, 0.86, 0.85, 0.0, 0.0]}):
+        lookup = _seeded_lookup(values)
+        first_three = lambda c: lookup(c) if c.seed < 3 else None  # noqa: E731
+        ready, waiting, selections = plan(PROTOCOL, first_three)
+        standard = [c for c in ready if tuning.protocol_for("sst2", c) is PROTOCOL]
+        assert waiting == [] and tuning.SEEDS == (0, 1, 2, 3, 4)
+        assert sorted((_label_of(c), c.seed) for c in standard) == sorted((p.label, s) for p in POINTS for s in (3, 4))
+
+
+def test_a_rate_two_seeds_choose_at_the_grids_edge_grows_the_grid_and_is_chosen_again():
+    """Seed 0 puts the method's top rate second to one inside the grid, within the validation noise; seed 1 makes
+    the edge win the tie. The grid then grows past it, and the choice is made again over the larger grid."""
+    point, rates = POINTS[0], sorted(tuning.methods.get(POINTS[0].method).learning_rates)
+    top, inner = rates[-1], rates[-2]
+    beyond = tuning._step(rates, upward=True, rates=rates)
+
+    def score(c):
+        if c.seed == 0:
+            return {inner: 0.900, top: 0.899}.get(c.learning_rate, 0.7)  # a near tie, the inner rate ahead
+        return {inner: 0.880, top: 0.895, beyond: 0.80}.get(c.learning_rate, 0.7)  # seed 1: the edge wins
+
+    selection, needed = select(point, PROTOCOL, fake_lookup(score))
+    assert needed == [] and beyond in selection.grid and selection.rate == top and not selection.at_edge
+    untried = lambda c: None if c.learning_rate == beyond else fake_lookup(score)(c)  # noqa: E731
+    selection, needed = select(point, PROTOCOL, untried)
+    assert selection.rate is None and [(c.learning_rate, c.seed) for c in needed] == [(beyond, 0)]
 
 
 def test_the_budget_check_trains_the_headline_pair_longer_at_their_selected_rates():

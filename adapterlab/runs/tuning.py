@@ -11,16 +11,16 @@ starves full fine-tuning, and a few hundred steps leave slow learners at the maj
 2. **A fixed budget.** One pass over 20,000 SST-2 rows, three epochs of CoLA, with the validation curve every
    ``eval_every`` steps. Whether that budget is enough is measured, not assumed (:data:`BUDGET_PROTOCOLS`).
 3. **Each method its own rate.** Seed 0 over the method's grid (declared with the method,
-   :mod:`adapterlab.methods`); a best rate at the grid's edge extends the grid one step beyond it. The other
-   bottleneck sizes and top-k depths are tuned too, over the rate r = 64 (or k = 2) selected and its two
-   neighbours, which keeps the protocol within hours of a 2-core laptop. Where the runner-up's validation score
-   lies within the validation set's own noise of the best (:func:`validation_noise`), one seed cannot choose:
-   both leading rates run a second seed and the better mean over the two seeds wins.
-4. **Seeds.** The selected rate over seeds 0, 1, 2; the table reports dev mean ± sample spread. Where a claim
-   the course makes (:data:`CLAIMS`) is undecided on three seeds by the course's rule
-   (:func:`adapterlab.runs.compare.compare`), both of its points run seeds 3 and 4, and the verdict follows
-   the five seeds, whatever it says. Every verdict the table draws is read paired by seed, as one family whose
-   error is controlled (:func:`adapterlab.runs.compare.family`).
+   :mod:`adapterlab.methods`). The other bottleneck sizes and top-k depths are tuned too, over the rate r = 64
+   (or k = 2) selected and its two neighbours, which keeps the protocol within hours of a 2-core laptop. Where
+   the runner-up's validation score lies within the validation set's own noise of the best
+   (:func:`validation_noise`), one seed cannot choose: both leading rates run a second seed and the better mean
+   over the two seeds wins. A selected rate at the grid's edge, by one seed or by two, extends the grid one
+   step beyond it (up to :data:`MAX_EXTENSIONS` steps) and the selection is made again.
+4. **Seeds, fixed in advance.** Every point runs the same seeds, :data:`SEEDS` (0-4), at its selected rate,
+   whatever the first of them show: the design has one look. The dev set reports mean ± sample spread, and
+   the course's claims (:data:`CLAIMS`) are read once, paired by seed, as one family whose error is controlled
+   (:func:`adapterlab.runs.compare.family`).
 
 Every run goes into the run store as it finishes, so a stopped protocol resumes, and ``--shard I/N`` splits
 it over processes: each run has one owner shard (by its key); a shard with none of its own runs ready trains
@@ -46,12 +46,11 @@ from .reference import seed_row
 from .store import RunStore, find, run_key, run_or_load
 from .verdict_table import VerdictTable
 
-#: Seeds of the reported runs; the grid is searched on the first.
-SEEDS = (0, 1, 2)
-#: The seeds a point adds when a claim on it is undecided on :data:`SEEDS`.
-MORE_SEEDS = (3, 4)
-#: Seeds of the budget check's longer runs; they pair with the same seeds' standard runs.
-BUDGET_SEEDS = SEEDS
+#: Seeds of the reported runs, the same five for every point, fixed before any was run; the grid is searched
+#: on the first (and a near tie on the first two).
+SEEDS = (0, 1, 2, 3, 4)
+#: Seeds of the budget check's longer runs (fixed in advance too; they pair with the same seeds' standard runs).
+BUDGET_SEEDS = (0, 1, 2)
 #: How many steps a grid may grow beyond an edge before the protocol gives up and says so.
 MAX_EXTENSIONS = 3
 
@@ -182,10 +181,11 @@ class Selection:
 
 def select(point: Point, protocol: Protocol, lookup, centre: float | None = None) -> tuple[Selection, list[TrainConfig]]:
     """The selection for a point (over its method's grid, or over ``centre`` and its neighbours), and the runs
-    it still needs (``lookup(config)`` gives a stored record or None). The grid grows one step past an edge
-    whose rate is best, up to MAX_EXTENSIONS; a near tie at seed 0 asks for seed 1 at the two leading rates."""
-    start = sorted(methods.get(point.method).learning_rates) if centre is None else \
-        neighbours(methods.get(point.method).learning_rates, centre)
+    it still needs (``lookup(config)`` gives a stored record or None). A near tie at seed 0 asks for seed 1 at
+    the two leading rates. Whenever the rate chosen (by one seed or by two) sits at the grid's edge, the grid
+    grows one step past it, up to MAX_EXTENSIONS, and the choice is made again."""
+    rates = methods.get(point.method).learning_rates
+    start = sorted(rates) if centre is None else neighbours(rates, centre)
     grid = list(start)
     while True:
         configs = [point.config(protocol, learning_rate=rate, seed=SEEDS[0]) for rate in grid]
@@ -194,11 +194,24 @@ def select(point: Point, protocol: Protocol, lookup, centre: float | None = None
         if needed:
             return Selection(point, grid, {}, None), needed
         scores = {rate: validation_score(record) for rate, record in zip(grid, records)}
+        growing = len(grid) - len(start) < MAX_EXTENSIONS
         best = max(grid, key=lambda rate: (scores[rate], -rate))
-        if best in (grid[0], grid[-1]) and len(grid) - len(start) < MAX_EXTENSIONS:
-            grid = sorted([*grid, _step(grid, upward=best == grid[-1], rates=methods.get(point.method).learning_rates)])
+        if best in (grid[0], grid[-1]) and growing:  # seed 0 alone already points past the edge
+            grid = sorted([*grid, _step(grid, upward=best == grid[-1], rates=rates)])
             continue
-        break
+        selection, needed = _choose(point, protocol, lookup, grid, scores, records)
+        if needed or selection.rate is None:
+            return selection, needed
+        if selection.at_edge and growing:  # two seeds chose the edge
+            grid = sorted([*grid, _step(grid, upward=selection.rate == grid[-1], rates=rates)])
+            continue
+        return selection, []
+
+
+def _choose(point: Point, protocol: Protocol, lookup, grid: list, scores: dict, records: list):
+    """The rate seed 0 chooses on ``grid``, or, where the runner-up lies within twice the validation noise of
+    the best, the better of the two by their mean over seeds 0 and 1 (with the seed-1 runs still needed)."""
+    best = max(grid, key=lambda rate: (scores[rate], -rate))
     selection = Selection(point, grid, scores, best, at_edge=best in (grid[0], grid[-1]))
     runner_up = max((rate for rate in grid if rate != best), key=lambda rate: (scores[rate], -rate), default=None)
     record = records[grid.index(best)]
@@ -206,7 +219,6 @@ def select(point: Point, protocol: Protocol, lookup, centre: float | None = None
             scores[best] - scores[runner_up] >= 2 * validation_noise(scores[best], record["metric"],
                                                                    protocol.validation_rows):
         return selection, []
-    # A near tie: seed 1 at both leading rates, and the better mean of the two seeds wins.
     leading = sorted((best, runner_up))
     seconds = {rate: point.config(protocol, learning_rate=rate, seed=SEEDS[1]) for rate in leading}
     found = {rate: lookup(config) for rate, config in seconds.items()}
@@ -223,28 +235,6 @@ def validation_score(record: dict) -> float:
     """What a tuned run is chosen by: its validation score at the step it kept (a diverged run: -inf)."""
     value = record.get("validation_metric")
     return -math.inf if value is None or record.get("status") == "diverged" else value
-
-
-def seeds_of(point: Point, selections: dict, lookup, protocol: Protocol, points=POINTS) -> tuple[int, ...]:
-    """The seeds a point reports: :data:`SEEDS`, and :data:`MORE_SEEDS` where a claim on it (both of whose
-    points are among ``points``) is undecided over :data:`SEEDS`."""
-    labels = {p.label: p for p in points}
-    for a, b in CLAIMS:
-        if point.label not in (a, b) or a not in labels or b not in labels:
-            continue
-        rows = []
-        for label in (a, b):
-            rate = selections[label].rate if label in selections else None
-            records = [lookup(labels[label].config(protocol, learning_rate=rate, seed=seed)) for seed in SEEDS] \
-                if rate else []
-            if len(records) < len(SEEDS) or any(record is None for record in records):
-                break
-            rows.append(seed_row(label, labels[label].config(protocol, learning_rate=rate), SEEDS, records))
-        # the second look asks Welch's interval, as the rule stood when these seeds were chosen: the stored runs are
-        # this protocol's, and a rule changed afterwards must not pick other seeds for them
-        if len(rows) == 2 and compare(*rows, paired=False).verdict == "undecided":
-            return SEEDS + MORE_SEEDS
-    return SEEDS
 
 
 def plan(protocol: Protocol, lookup, points=POINTS) -> tuple[list[TrainConfig], list[Point], dict]:
@@ -264,18 +254,18 @@ def plan(protocol: Protocol, lookup, points=POINTS) -> tuple[list[TrainConfig], 
         grid_runs += needed
         if selection.rate is None:
             waiting.append(point)
-    seed_runs, more_runs = [], []
+    seed_runs = []
     # The seeds of the points that choose a rate of their own come first: they carry the comparison's claims,
     # and a protocol stopped early should have them before the sizes and depths tuned near them.
     for point in sorted(points, key=lambda point: point.near is not None):
         selection = selections.get(point.label)
         if selection is None or selection.rate is None:
             continue
-        for seed in seeds_of(point, selections, lookup, protocol, points):
+        for seed in SEEDS:
             config = point.config(protocol, learning_rate=selection.rate, seed=seed)
             if lookup(config) is None:
-                (seed_runs if seed in SEEDS else more_runs).append(config)
-    ready = grid_runs + seed_runs + more_runs + budget_runs(protocol, lookup, selections, points)
+                seed_runs.append(config)
+    ready = grid_runs + seed_runs + budget_runs(protocol, lookup, selections, points)
     unique = list({_identity(config): config for config in ready}.values())
     return unique, waiting, selections
 
@@ -364,8 +354,7 @@ def stored_lookup(task: str, stores: list[RunStore], backbone: str, data_dir=Non
 
 def tuned_rows(task: str, stores: list[RunStore], backbone: str, data_dir=None, points=POINTS) -> list[dict]:
     """One row per point: its selected rate, the seed-0 validation score of every rate tried (and the two-seed
-    means of a near tie), and the dev mean ± sample spread over the seeds stored at that rate (seeds 0-2, and
-    3-4 where a claim asked for them), with the :class:`~.reference.SeedRow` they come from under ``seed_row``
+    means of a near tie), and the dev mean ± sample spread over the seeds stored at that rate (:data:`SEEDS`), with the :class:`~.reference.SeedRow` they come from under ``seed_row``
     (its config at the selected rate, or the method's default while none is selected: the figure still counts
     its parameters), and seed 0's validation curve at that rate under ``curve``. Labs 6, 7 and 10 read these."""
     protocol = PROTOCOLS[task]
@@ -376,7 +365,7 @@ def tuned_rows(task: str, stores: list[RunStore], backbone: str, data_dir=None, 
         selection = selections.get(point.label) or Selection(point, [], {}, None)
         config = point.config(protocol, learning_rate=selection.rate or methods.get(point.method).learning_rate,
                               seed=SEEDS[0])
-        seeds = seeds_of(point, selections, lookup, protocol, points) if selection.rate else SEEDS
+        seeds = SEEDS
         records = [lookup(dataclasses.replace(config, seed=seed)) for seed in seeds] if selection.rate else \
             [None] * len(seeds)
         row = seed_row(point.label, config, seeds, records)
