@@ -89,7 +89,8 @@ class Leases:
                                  "command again") from None
             raise
         status = os.fstat(descriptor)
-        if not stat.S_ISREG(status.st_mode) or status.st_nlink != 1:
+        # No links but ours: the holder released (removed) it after our open; `take` then opens the new one.
+        if not stat.S_ISREG(status.st_mode) or status.st_nlink > 1:
             os.close(descriptor)
             what = "a hard link to another file" if stat.S_ISREG(status.st_mode) else "not a regular file"
             raise LeaseError(f"{path} is {what}, which a lease never writes: remove it and run the command again")
