@@ -49,6 +49,7 @@ from adapterlab.training import experiment, loop
 
 hold_run, hold_step = int(os.environ.get("HOLD_RUN", "0")), int(os.environ.get("HOLD_STEP", "0"))
 gate = os.environ.get("HOLD_WHILE", "")
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as at a terminal, even where the parent ignores Ctrl-C
 runs, batches = [0], [0]
 real_train, real_collate = experiment.train, loop.collate
 
@@ -91,11 +92,28 @@ def wrapper(tmp_path):
     return path
 
 
+STARTED: list[subprocess.Popen] = []  # every process a test started, killed at its end if it still runs
+
+
+@pytest.fixture(autouse=True)
+def no_process_outlives_its_test():
+    """A process held at a gate that its failed test never opens would sleep on, holding the test worker's pipes
+    (and the run's end) with it."""
+    yield
+    while STARTED:
+        process = STARTED.pop()
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
 def start(wrapper, *args, **env) -> subprocess.Popen:
     environment = {k: v for k, v in os.environ.items() if k != "ADAPTERLAB_DATA"}
     environment.update(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), **env)
-    return subprocess.Popen([sys.executable, str(wrapper), *map(str, args)], cwd=ROOT, env=environment,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen([sys.executable, str(wrapper), *map(str, args)], cwd=ROOT, env=environment,
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    STARTED.append(process)
+    return process
 
 
 def wait_for(process: subprocess.Popen, word: str, timeout: float = 300) -> str:
@@ -117,7 +135,15 @@ def wait_for(process: subprocess.Popen, word: str, timeout: float = 300) -> str:
 
 
 def finish(process: subprocess.Popen, timeout: float = 300) -> tuple[int, str, str]:
-    out, err = process.communicate(timeout=timeout)
+    """Wait for the process to end; one still running after ``timeout`` is killed and the test fails with what it
+    printed."""
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        out, err = process.communicate()
+        raise AssertionError(f"still running after {timeout} s; its output: {out[-1000:]!r}; its errors: "
+                             f"{err[-3000:]!r}") from None
     return process.returncode, out, err
 
 

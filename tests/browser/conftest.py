@@ -8,7 +8,6 @@ missing (a student's laptop) every browser test is skipped with the reason, neve
 from __future__ import annotations
 
 import importlib.util
-import shutil
 from pathlib import Path
 
 import pytest
@@ -35,26 +34,55 @@ def _missing() -> str | None:
     return None
 
 
+class Chromium:
+    """The session's one headless Chromium, each launch with a fresh profile (user data dir), launched again
+    when it has gone: a browser that died under one test would otherwise leave every later one waiting on it."""
+
+    def __init__(self, playwright, tmp_path_factory):
+        self.playwright, self.tmp_path_factory, self.current, self.closed = playwright, tmp_path_factory, None, True
+
+    def context(self):
+        if self.closed:
+            self.current = self.playwright.chromium.launch_persistent_context(
+                self.tmp_path_factory.mktemp("chromium-profile"),
+                executable_path=str(CHROMIUM),
+                headless=True,
+                args=CHROMIUM_ARGS,
+                viewport={"width": 1280, "height": 800},
+            )
+            self.closed = False
+            self.current.on("close", lambda _: setattr(self, "closed", True))
+        return self.current
+
+    def new_page(self):
+        """A new page; where the browser has died (noticed or not yet), a new browser's."""
+        from playwright.sync_api import Error
+
+        try:
+            return self.context().new_page()
+        except Error:
+            self.closed = True
+            return self.context().new_page()
+
+
 @pytest.fixture(scope="session")
-def browser(tmp_path_factory):
-    """One headless Chromium with a fresh profile (user data dir) for the whole session."""
+def chromium(tmp_path_factory):
     reason = _missing()
     if reason:
         pytest.skip(reason)
     from playwright.sync_api import sync_playwright
 
-    profile = tmp_path_factory.mktemp("chromium-profile")
     with sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            profile,
-            executable_path=str(CHROMIUM),
-            headless=True,
-            args=CHROMIUM_ARGS,
-            viewport={"width": 1280, "height": 800},
-        )
-        yield context
-        context.close()
-    shutil.rmtree(profile, ignore_errors=True)
+        running = Chromium(playwright, tmp_path_factory)
+        yield running
+        if not running.closed:
+            running.current.close()
+
+
+@pytest.fixture
+def browser(chromium):
+    """The browser context to open pages in."""
+    return chromium.context()
 
 
 @pytest.fixture(scope="session")
@@ -67,8 +95,8 @@ def chromium_executable() -> str:
 
 
 @pytest.fixture
-def page(browser):
-    page = browser.new_page()
+def page(chromium):
+    page = chromium.new_page()
     yield page
     page.close()
 
