@@ -484,6 +484,19 @@ def test_a_reveal_too_long_for_its_prediction_slide_is_the_next_slide(tmp_path):
     assert "result" in told["text"].lower() and "continued" not in told["text"]
 
 
+def test_a_result_slide_under_a_heading_with_a_colon_reads_as_one_heading(tmp_path):
+    """"Later: the sizes" gets "Later: the sizes — the result", never a second colon ("…: the sizes: the
+    result" reads as a list)."""
+    question = "**Predict.** " + " ".join(["Which way will the number go?"] * 7) + "\n\n* (a) up\n* (b) down"
+    lesson = "<details><summary>What this teaches</summary>\n\n" + "THE-LESSON " * 40 + "\n\n</details>"
+    deck = export(tmp_path, [cell("md", "## Later: the sizes", "slide"),
+                             cell("md", question, "slide", tags=["prediction"]),
+                             cell("code", 'my_prediction = ""', "skip", tags=["prediction"]), cell("md", lesson)])
+    [told] = [slide for slide in deck.slides if "THE-LESSON" in slide["text"]]
+    heading = told["text"].strip().splitlines()[0]
+    assert heading.count(":") == 1 and heading.startswith("Later: the sizes") and "the result" in heading
+
+
 @pytest.mark.parametrize("note", [None, "NOTE-UNDER-TITLE"])
 def test_a_figure_moved_to_its_own_slide_is_headed_by_its_title_drawn_once(tmp_path, note):
     title = {"text": "FIGURE-TITLE<br>on two lines"} | ({"subtitle": {"text": note}} if note else {})

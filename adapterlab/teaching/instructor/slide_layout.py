@@ -574,7 +574,7 @@ def _label_continuations(cells):
         if group["heading"] and ((group["continued"] and not any(_HEADING.search(c.source) for c in says))
                                  or (results and not says)):
             starts = slide_type(body[0]) if slide_type(body[0]) in ("slide", "subslide") else "subslide"
-            continued = {RESULT: ": the result", True: " (continued)"}.get(group["continued"], "")
+            continued = {RESULT: " — the result", True: " (continued)"}.get(group["continued"], "")
             title = _figure_title_as_heading(body) if group["continued"] is not RESULT and not says else None
             marker = f'<span class="{CONTINUED_CLASS}"></span>' if group["continued"] is True else ""
             label = _markdown_cell(f"### {marker}{title or group['heading'].rstrip('.:') + continued}", starts)
