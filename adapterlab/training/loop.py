@@ -398,7 +398,8 @@ def train(model, train_data: TokenizedSplit, eval_data: TokenizedSplit | None, c
     selects_on = "validation" if "validation" in splits else "dev"
     sync_every = 1 if device.type == "cpu" else ACCELERATOR_SYNC_STEPS
 
-    history = History(task=task.name, metric=task.metric, title=f"{config.method} on {task.name}")
+    title = f"{methods.get(config.method).label} on {task.glue_folder or task.name}"  # "Houlsby adapters on CoLA"
+    history = History(task=task.name, metric=task.metric, title=title)
     best, pending, step, interrupted = _Best(), [], 0, False
     bar = _ProgressBar(total_steps, history.title, config.progress and accelerator.is_main_process)
     start, eval_seconds = time.perf_counter(), 0.0
