@@ -13,6 +13,7 @@ import sys
 import textwrap
 import threading
 
+import lease_race
 import pytest
 
 from adapterlab.runs import leases as leases_module
@@ -184,25 +185,6 @@ def test_a_lease_released_between_another_process_s_open_and_its_check_is_taken_
     assert not any((tmp_path).iterdir())
 
 
-def _race(folder, identities, barrier, rounds, problems):
-    """One of several processes doing what a shard does with each run: take it, skip it if done, train it
-    (a marker file that must not exist yet), release it."""
-    for trial in range(rounds):
-        leases = Leases(folder / str(trial) / ".leases")
-        barrier.wait()
-        for identity in identities:
-            if not leases.take(identity, "race"):
-                continue
-            done = folder / str(trial) / f"{identity}.done"
-            if not done.exists():
-                try:
-                    descriptor = os.open(done, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-                    os.close(descriptor)
-                except FileExistsError:
-                    problems.put(f"trial {trial}: {identity} trained twice")
-            leases.release(identity)
-
-
 def test_concurrent_shards_never_train_one_run_twice(tmp_path):
     """3 processes, 20 trials, 6 runs each, every lease file left behind by a dead process beforehand. The
     processes are spawned, not forked: a fork copies the test process's threads' locks (pytest-xdist's, a
@@ -216,7 +198,8 @@ def test_concurrent_shards_never_train_one_run_twice(tmp_path):
             stale._path(identity).parent.mkdir(parents=True, exist_ok=True)
             stale._path(identity).write_text("99999")
     barrier, problems = context.Barrier(3), context.Queue()
-    workers = [context.Process(target=_race, args=(tmp_path, identities, barrier, 20, problems)) for _ in range(3)]
+    workers = [context.Process(target=lease_race.race, args=(tmp_path, identities, barrier, 20, problems))
+               for _ in range(3)]
     try:
         for worker in workers:
             worker.start()

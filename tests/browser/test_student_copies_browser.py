@@ -45,9 +45,9 @@ def student_lab_server(copies, tmp_path_factory, chromium_executable):
 
 
 @pytest.fixture(scope="module")
-def student_browser(student_lab_server, browser):
+def student_browser(student_lab_server, chromium):
     """The session's headless Chromium (one Playwright per process: a second one cannot start beside it)."""
-    return browser
+    return chromium
 
 
 @pytest.fixture
