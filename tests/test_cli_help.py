@@ -40,3 +40,25 @@ def test_evaluate_prints_the_main_metric_and_the_rows_for_people(tmp_path, capsy
     lines = capsys.readouterr().out.strip().splitlines()
     result = json.loads(lines[-1])
     assert lines[-2] == f"accuracy {result['metrics']['accuracy']:.4f} on 24 dev rows"
+
+
+def test_a_flag_s_help_lists_only_values_its_choices_accept():
+    """A help that lists a flag's values after a colon ("houlsby (…), zero_up (…), bert") names each of its
+    choices and nothing argparse would refuse."""
+    import re
+
+    parser = cli.build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    listed = 0
+    for command, sub in commands.choices.items():
+        for action in sub._actions:
+            if not action.choices or ":" not in re.sub(r"\([^)]*\)", "", action.help or ""):
+                continue
+            named = re.sub(r"\([^)]*\)", "", action.help).split(":", 1)[1]
+            named = re.sub(r"\s*\(default:.*", "", named)
+            values = [word.strip() for word in named.split(",") if word.strip()]
+            if not all(re.fullmatch(r"[\w-]+", value) for value in values):
+                continue  # prose after the colon, not a list of values
+            listed += 1
+            assert set(values) == {str(choice) for choice in action.choices}, (command, action.option_strings, values)
+    assert listed >= 1

@@ -19,7 +19,8 @@ from .registry import TRAIN_POOLER, Method, SavedSet, register
 BOTTLENECK = Setting("bottleneck", 64, "bottleneck size r of every adapter", int, check=check_positive_int)
 ACTIVATION = Setting("activation", "gelu", "the adapter's nonlinearity f (identity: the linear adapter of lab 3)",
                      str, choices=ACTIVATIONS)
-INIT = Setting("init", "houlsby", "how the adapter starts: houlsby (near-identity), zero_up, bert, lora",
+INIT = Setting("init", "houlsby",
+               "how the adapter starts: houlsby (near-identity), zero_up (W_up = 0, as LoRA starts), bert",
                str, choices=INIT_SCHEMES)
 INIT_SCALE = Setting("init_scale", PAPER_INIT_SCALE, "standard deviation sigma of the adapter's initial weights",
                      float, check=lambda name, value: check_init_scale(value))
