@@ -1,16 +1,21 @@
-"""Every slide of every deck fits a projector and reads from the back of the room, at 1280×720 and at
-1024×768, in headless Chromium.
+"""Every lab's deck opens offline, and every slide fits a projector and reads from the back of the room, at
+1280×720 and at 1024×768, in headless Chromium.
 
-The tests step through each deck slide by slide (all fragments shown) and fail, naming the lab and
-the slide number, where an element passes the slide's bottom or right edge, an element has a
-horizontal scroll bar or cuts a code line, or a request fails (`test_every_slide_fits`), and where a
-slide is hard to read (`test_every_slide_is_legible`, see LEGIBLE): a code or output block shows more
-lines than it has, a number is split over two lines, a heading is upper-cased, text, code or figure
-labels are smaller than the minimums, the content column is narrow, a slide holds more than about
-60 words of prose, or a slide that shows a result has no speaker notes (or notes that talk about
-other slides). It saves a contact sheet per deck and size (one thumbnail per slide, composed in the
-browser) as build/screenshots/contact-<lab>-<size>.png. It also checks that every formula is drawn
-exactly once: the rendered formulas of each markdown cell are counted against the formulas in its source.
+Each deck is opened once a size from disk with the network blocked, paged through at once (as an instructor
+paging ahead while MathJax still typesets), then stepped through slide by slide (all fragments shown); the tests
+read that one walk. They fail, naming the lab and the slide number, where reveal.js shows another number of slides
+than the notebook's slide metadata asks for (as the lecture layout leaves it, plus the title slide), a plotly
+figure is not drawn, the slide number is missing, a widget is broken or a request leaves the machine or fails
+(`test_deck_opens_offline`); where an element passes the slide's bottom or right edge, an element has a
+horizontal scroll bar or cuts a code line (`test_every_slide_fits`); where a slide is hard to read
+(`test_every_slide_is_legible`, see LEGIBLE): a code or output block shows more lines than it has, a number is
+split over two lines, a heading is upper-cased, text, code or figure labels are smaller than the minimums, the
+content column is narrow, a slide holds more than about 60 words of prose, or a slide that shows a result has no
+speaker notes (or notes that talk about other slides); and where a markdown cell's rendered formulas are not
+exactly the formulas in its source (`test_every_formula_is_drawn_once`). It saves a contact sheet per deck and
+size (one thumbnail per slide, composed in the browser) as build/screenshots/contact-<lab>-<size>.png, and each
+deck's first figure's slide as build/screenshots/slides-<lab>.png. The decks are exported into build/slides, the
+instructor's folder, so these tests also leave the exported slides behind.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import pytest
 
 from adapterlab.labfiles import all_labs
 from adapterlab.slide_layout import LectureLayout, slide_type
+from adapterlab.slides import PLOTLY_MIME
 
 #: The projector's 16:9 and an older 4:3; the second is exhaustive (``python3 run.py test --full``).
 SIZES = [(1280, 720), pytest.param((1024, 768), marks=pytest.mark.full)]
@@ -271,25 +277,75 @@ def save_contact_sheet(browser, shots, path, title) -> None:
     path.write_bytes(base64.b64decode(png))
 
 
-_WALKS: dict = {}  # (lab, size) -> what walking the deck found, shared by the two tests below
+_WALKS: dict = {}  # (lab, size) -> what walking the deck found, shared by the tests below
+
+# Per markdown cell: MathJax's formula frames, and the typeset formulas inside them (HTML-CSS's span.math).
+FORMULAS_DRAWN = """() => Object.fromEntries([...document.querySelectorAll('.jp-MarkdownCell[id^="cell-id="]')]
+    .map(cell => [cell.id.slice(8), [cell.querySelectorAll('[id^="MathJax-Element-"][id$="-Frame"]').length,
+                                     cell.querySelectorAll('span.math').length]]))"""
+SLIDE_NUMBER = """() => { const n = document.querySelector('.reveal .slide-number');
+    return n && n.offsetParent ? n.innerText.replace(/\\s+/g, '') : null; }"""
+# Every slide at once, while MathJax is still typesetting the first, as an instructor paging ahead might.
+PAGE_THROUGH = "Reveal.getSlides().forEach(slide => { const i = Reveal.getIndices(slide); Reveal.slide(i.h, i.v); })"
 
 
 def walked(lab, size, browser, offline_page, decks, screenshots) -> dict:
-    """Walk the lab's deck at `size` once per session: its fit and legibility problems, requests and errors;
-    save its contact sheet."""
+    """Open the lab's deck at `size` once per session with the network blocked, page through it at once, then
+    show every slide one by one: its fit and legibility problems, requests and errors, its slide count, slide
+    number, figures and formulas as drawn; save its contact sheet, and at 1280×720 a screenshot of its first
+    figure's slide. One walk serves every test below: each opening of a deck costs seconds."""
     key = (lab.stem, size)
     if key not in _WALKS:
         page, seen = offline_page["page"], offline_page
         page.set_viewport_size({"width": size[0], "height": size[1]})
         open_deck(page, decks[lab.stem])
+        total = page.evaluate("Reveal.getTotalSlides()")
+        page.evaluate(PAGE_THROUGH)
         legible = []
         problems, shots, scales = walk_deck(page, legible)
         label = f"{size[0]}x{size[1]}"
         save_contact_sheet(browser, shots, screenshots / f"contact-{lab.stem}-{label}.png",
                            f"{lab.stem} at {label}: {len(shots)} slides, smallest scale {min(scales):.2f}")
-        _WALKS[key] = {"problems": problems, "legible": legible, "label": label,
+        first_figure = page.evaluate("""() => { const plot = document.querySelector('.js-plotly-plot');
+            return plot ? Reveal.getSlides().indexOf(plot.closest('section')) : 0; }""")
+        if size == (1280, 720):
+            (screenshots / f"slides-{lab.stem}.png").write_bytes(base64.b64decode(shots[first_figure]))
+        _WALKS[key] = {"problems": problems, "legible": legible, "label": label, "total": total,
+                       "number": page.evaluate(SLIDE_NUMBER), "shown": page.evaluate("Reveal.getSlidePastCount() + 1"),
+                       "figures": page.evaluate("document.querySelectorAll('svg.main-svg').length"),
+                       "formulas": page.evaluate(FORMULAS_DRAWN), "text": page.inner_text("body"),
                        "seen": {name: list(seen[name]) for name in ("blocked", "failed", "errors")}}
     return _WALKS[key]
+
+
+def expected_slides(nb) -> int:
+    """Slides reveal.js counts (every subslide): the title slide and the slide on where the numbers come
+    from, then, from the metadata of the cells as the lecture layout leaves them, a slide at the first visible
+    cell and at each cell marked slide or subslide."""
+    nb, _ = LectureLayout().preprocess(nb, {})
+    kinds = [cell.metadata.get("slideshow", {}).get("slide_type", "-") for cell in nb.cells]
+    first = next(i for i, kind in enumerate(kinds) if kind not in ("skip", "notes"))
+    return 3 + sum(kind in ("slide", "subslide") for kind in kinds[first + 1 :])
+
+
+def figure_count(nb) -> int:
+    return sum(PLOTLY_MIME in output.get("data", {}) for cell in nb.cells if cell.cell_type == "code" for output in cell.outputs)
+
+
+@pytest.mark.parametrize("lab", all_labs(), ids=lambda lab: lab.stem)
+def test_deck_opens_offline(lab, browser, offline_page, decks, deck_notebooks, screenshots):
+    """reveal.js initialises with as many slides as the notebook's slide metadata asks for (as the lecture layout
+    leaves it, plus the title slide), draws its plotly figures (an svg.main-svg per figure), numbers its slides
+    (shown / total, for a lecturer to point at), shows no broken widget, and asks the network for nothing."""
+    found = walked(lab, (1280, 720), browser, offline_page, decks, screenshots)
+    nb, seen = deck_notebooks[lab.stem], found["seen"]
+    assert found["total"] == expected_slides(nb)
+    assert found["figures"] >= figure_count(nb), f"{found['figures']} figures drawn of {figure_count(nb)}"
+    assert found["number"] == f"{found['shown']}/{expected_slides(nb)}", f"the slide number reads {found['number']!r}"
+    assert "Error displaying widget" not in found["text"]
+    assert seen["blocked"] == [], f"the deck asked the network for {seen['blocked']}"
+    assert [f for f in seen["failed"] if not f.startswith(LOCAL_PROBES)] == []
+    assert seen["errors"] == [], f"JavaScript errors: {seen['errors']}"
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda size: f"{size[0]}x{size[1]}")
@@ -338,29 +394,41 @@ def formula_deck(tmp_path_factory):
     return deck, nb
 
 
-@pytest.mark.parametrize("lab", [*(lab.stem for lab in all_labs()), "formulas"])
-def test_every_formula_is_drawn_once(lab, page, request):
+def formulas_expected(nb) -> dict:
+    """{markdown cell id: formulas in its source} for the cells the deck shows (a paragraph the slide has no room
+    for is in the notes)."""
+    shown, _ = LectureLayout().preprocess(nb, {})
+    return {cell.id: formulas_in(cell.source) for cell in shown.cells
+            if cell.cell_type == "markdown" and slide_type(cell) != "notes"}
+
+
+def formulas_drawn_wrong(expected: dict, drawn: dict) -> dict:
+    return {cell: (drawn[cell], count) for cell, count in expected.items() if cell in drawn and drawn[cell] != [count, count]}
+
+
+@pytest.mark.parametrize("lab", all_labs(), ids=lambda lab: lab.stem)
+def test_every_formula_is_drawn_once(lab, browser, offline_page, decks, deck_notebooks, screenshots):
     """Each markdown cell shows as many rendered formulas as its source has, after the slides were paged
     through while MathJax was still typesetting and then shown one by one."""
-    if lab == "formulas":
-        deck, nb = request.getfixturevalue("formula_deck")
-    else:
-        deck, nb = request.getfixturevalue("decks")[lab], request.getfixturevalue("deck_notebooks")[lab]
-    shown, _ = LectureLayout().preprocess(nb, {})  # a paragraph the slide has no room for is in the notes
-    expected = {cell.id: formulas_in(cell.source) for cell in shown.cells
-                if cell.cell_type == "markdown" and slide_type(cell) != "notes"}
+    found = walked(lab, (1280, 720), browser, offline_page, decks, screenshots)
+    wrong = formulas_drawn_wrong(formulas_expected(deck_notebooks[lab.stem]), found["formulas"])
+    assert not wrong, f"{lab.stem}: markdown cells whose formulas are drawn a different number of times ([frames, drawn], in the source): {wrong}"
+    assert "Math Processing Error" not in found["text"]
+
+
+def test_the_formula_check_counts_formulas_as_the_labs_write_them(page, formula_deck):
+    """The same check on a deck made for it: inline, display and several formulas per cell, away from the first
+    slide; and a cell drawn twice or not at all is reported."""
+    deck, nb = formula_deck
     page.set_viewport_size({"width": 1280, "height": 720})
     open_deck(page, deck)
-    # page through the deck at once, while MathJax is still typesetting, as an instructor might
-    page.evaluate("Reveal.getSlides().forEach(slide => { const i = Reveal.getIndices(slide); Reveal.slide(i.h, i.v); })")
+    page.evaluate(PAGE_THROUGH)
     walk_deck(page)
-    # per markdown cell: MathJax's formula frames, and the typeset formulas inside them (HTML-CSS's span.math)
-    drawn = page.evaluate("""() => Object.fromEntries([...document.querySelectorAll('.jp-MarkdownCell[id^="cell-id="]')]
-        .map(cell => [cell.id.slice(8), [cell.querySelectorAll('[id^="MathJax-Element-"][id$="-Frame"]').length,
-                                         cell.querySelectorAll('span.math').length]]))""")
-    wrong = {cell: (drawn[cell], count) for cell, count in expected.items() if cell in drawn and drawn[cell] != [count, count]}
-    assert not wrong, f"{lab}: markdown cells whose formulas are drawn a different number of times ([frames, drawn], in the source): {wrong}"
+    expected, drawn = formulas_expected(nb), page.evaluate(FORMULAS_DRAWN)
+    assert sum(expected.values()) == 7 and not formulas_drawn_wrong(expected, drawn), drawn
     assert "Math Processing Error" not in page.inner_text("body")
+    twice = next(cell for cell, count in expected.items() if count == 2)
+    assert formulas_drawn_wrong(expected, {**drawn, twice: [4, 4]}) == {twice: ([4, 4], 2)}
 
 
 @pytest.fixture(scope="module")
