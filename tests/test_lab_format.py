@@ -8,6 +8,7 @@ column limit is checked here on its own, line by line.
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import subprocess
 import sys
@@ -44,3 +45,11 @@ def test_no_code_line_is_wider_than_88_columns(lab):
         if len(line) > LINE_LENGTH
     ]
     assert not wide, f"{lab.name}: rewrap these lines by hand (ruff leaves comments and strings): {wide}"
+
+
+@pytest.mark.parametrize("lab", all_labs(), ids=lambda lab: lab.stem)
+def test_every_cell_id_is_unique(lab):
+    """A repeated id is rewritten at random by nbformat when the lab is read, so a deck's cells and the tests that
+    find cells by id would no longer agree with the file."""
+    ids = [cell["id"] for cell in json.loads(lab.read_text(encoding="utf-8"))["cells"]]
+    assert len(set(ids)) == len(ids), f"repeated cell ids: {sorted({i for i in ids if ids.count(i) > 1})}"
