@@ -100,7 +100,7 @@ def test_a_stub_is_reported_missing():
     (equal_score_kept, "scores exactly what a cheaper method scores"),
     (best_only, "only the best-scoring method"),
     (unsorted, "in the wrong order"),
-    (mutates, "changed the dict"),
+    (mutates, "changed the keys of `points` in place"),
     (lambda points: "method A", "return a list"),
 ], ids=lambda value: getattr(value, "__name__", None) if callable(value) else None)
 def test_each_mistake_is_named(answer, words):

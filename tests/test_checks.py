@@ -3,6 +3,8 @@ plausible wrong answer."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -484,8 +486,13 @@ def by_f_prime_doing_the_chain_rule(adapter, h, delta):
 
 
 def in_float64(adapter, h, delta):
-    down, up = right_general(adapter.double(), h.double(), delta.double())
+    down, up = right_general(copy.deepcopy(adapter).double(), h.double(), delta.double())
     return down, up
+
+
+def converting_the_adapter(adapter, h, delta):
+    """Right in float64, but .double() converts the caller's adapter itself: the lab's adapter is float64 after."""
+    return right_general(adapter.double(), h.double(), delta.double())
 
 
 @pytest.mark.parametrize("answer", [by_autograd, by_backward, by_torch_func, by_autograd_on_copies,
@@ -524,6 +531,8 @@ def test_gradients_are_checked_at_bert_size_and_accepted_in_float64(capsys):
         return down, up
 
     _fails(checks.check_adapter_gradients, small_only, "d = 768, r = 64")
+    for check in (checks.check_adapter_gradients, checks.check_zero_up_gradients):
+        _fails(check, converting_the_adapter, "converted `adapter` to float64 in place", "adapter.double()")
 
 
 def test_zero_up_gradients_see_a_non_zero_b_up():

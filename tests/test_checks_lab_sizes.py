@@ -145,8 +145,9 @@ def test_the_serving_check_mixes_tasks_and_interleaves_them(capsys):
 
     ct.check_serving(serve)
     assert capsys.readouterr().out.startswith("✔")
-    [tasks] = seen
+    tasks, again = seen  # called a second time, to see that nothing is kept between calls
     assert len(set(tasks)) == 3 and any(a != b for a, b in zip(tasks, tasks[1:]))
+    assert sorted(again) == sorted(tasks)
 
 
 def test_the_pareto_check_has_ties_twins_and_scores_at_or_below_zero(capsys):

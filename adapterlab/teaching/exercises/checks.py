@@ -25,6 +25,7 @@ from torch import nn
 from ...model.adapter import BottleneckAdapter
 from ...model.counting import meta_model
 from ...model.placement import AdapterConfig, add_adapters
+from . import audit
 
 #: Largest start deviation ‖A(h) − h‖/‖h‖ accepted as "near the identity".
 NEAR_IDENTITY = 0.05
@@ -69,22 +70,33 @@ _KNOWN_ERRORS = {
 }
 
 
-def call_answer(what: str, fn, *args, hint: str = ""):
-    """Call the student's code; turn a stub or a crash into a plain-words CheckFailed.
+def call_answer(what: str, fn, *args, hint: str = "", may_change: dict | None = None):
+    """Call the student's code; turn a stub or a crash into a plain-words CheckFailed, and audit the call.
 
     The advice after the error is the known cause of that PyTorch error when there is one, else ``hint``, the
-    exercise's own word on what usually goes wrong there.
+    exercise's own word on what usually goes wrong there. Every call is audited (:mod:`.audit`): an answer that
+    leaves torch's global state, a model's mode or flags, or an argument changed is refused naming what it changed,
+    with torch's state put back. ``may_change`` names what an argument is meant to change (by position).
     """
+    before = audit.snapshot(args)
     try:
-        return fn(*args)
+        result = fn(*args)
     except NotImplementedError:
+        audit.restore_torch_state(before.torch)
         raise _missing(what) from None
     except (CheckFailed, Forbidden) as error:
+        audit.restore_torch_state(before.torch)
         raise CheckFailed(str(error)) from None
     except Exception as error:
+        audit.restore_torch_state(before.torch)
         text = str(error)
         advice = next((fix for cause, fix in _KNOWN_ERRORS.items() if cause in text), hint)
         raise CheckFailed(f"Calling {what} raised {type(error).__name__}: {_first_line(error)}. {advice}".rstrip()) from error
+    change = audit.first_change(before, fn, args, may_change)
+    if change:
+        audit.restore_torch_state(before.torch)
+        raise CheckFailed(f"Calling {what} {change}")
+    return result
 
 
 def plain_errors(check):
@@ -239,7 +251,7 @@ def _them(names: list[str]) -> tuple[str, str, str]:
 def _forward(name: str, adapter: nn.Module, h: torch.Tensor) -> torch.Tensor:
     """The student's forward on a copy of h: it must leave h alone and return a tensor shaped like it."""
     given = h.clone()
-    out = call_answer(f"{name}.forward", adapter, given)
+    out = call_answer(f"{name}.forward", adapter, given, may_change={0: audit.ANYTHING})  # named below: h += …
     if not torch.equal(given, h):
         raise CheckFailed(
             "Your forward changes its input in place (`h += …`, `h.add_(…)` or `h[...] = …`): the caller's h is "
@@ -793,7 +805,8 @@ def _left_alone(module: nn.Module, before: dict, what: str) -> None:
 def _check_one_fold(name: str, fold_fn, dense, adapter, x) -> None:
     before = {part: copy.deepcopy(module.state_dict()) for part, module in (("dense", dense), ("adapter", adapter))}
     with torch.random.fork_rng():  # a new nn.Linear draws from the notebook's generator
-        folded = call_answer(f"{name}(dense, adapter)", fold_fn, dense, adapter, hint=_FOLD_ORDER)
+        folded = call_answer(f"{name}(dense, adapter)", fold_fn, dense, adapter, hint=_FOLD_ORDER,
+                             may_change={0: audit.WEIGHTS, 1: audit.WEIGHTS})  # named below, with the in-place op
     _left_alone(dense, before["dense"], "the original dense layer")
     _left_alone(adapter, before["adapter"], "the adapter")
     _check_folded_layer(folded, dense, "dense")
@@ -875,7 +888,8 @@ def _check_one_parallel_fold(name: str, fold_fn, projection, adapter, scale, x) 
     before = {part: copy.deepcopy(module.state_dict()) for part, module in (("projection", projection),
                                                                              ("adapter", adapter))}
     with torch.random.fork_rng():  # a new nn.Linear draws from the notebook's generator
-        folded = call_answer(f"{name}(projection, adapter, scale)", fold_fn, projection, adapter, scale)
+        folded = call_answer(f"{name}(projection, adapter, scale)", fold_fn, projection, adapter, scale,
+                             may_change={0: audit.WEIGHTS, 1: audit.WEIGHTS})  # named below
     _left_alone(projection, before["projection"], "the projection")
     _left_alone(adapter, before["adapter"], "the adapter")
     _check_folded_layer(folded, projection, "the projection")

@@ -30,6 +30,7 @@ from ...methods.registry import set_trainable
 from ...model.placement import add_adapters, enabled_layers, set_adapters_enabled
 from ...model.trainable import parameter_group
 from ...runs.ablation import span_ablation
+from .audit import ANYTHING, REQUIRES_GRAD, WEIGHTS
 from .checks import POOLER_STAYS_FROZEN, CheckFailed, call_answer, close_enough, report_passed, plain_errors
 
 __all__ = ["CheckFailed", "check_training_step", "check_matthews", "check_span_ablation", "check_serving",
@@ -155,7 +156,8 @@ def _check_optimizer_kind(optimizer, learning_rate: float, prepare_name: str) ->
 
 def _prepared(prepare_name, prepare_fn, model, learning_rate, expected: set[str]):
     """Call the student's prepare on ``model``; check the freezing and the optimizer it returns."""
-    optimizer = call_answer(f"{prepare_name}(model, learning_rate={learning_rate:g})", prepare_fn, model, learning_rate)
+    optimizer = call_answer(f"{prepare_name}(model, learning_rate={learning_rate:g})", prepare_fn, model, learning_rate,
+                            may_change={0: REQUIRES_GRAD})
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise CheckFailed(
             f"{prepare_name} returned {type(optimizer).__name__}; it must return the optimizer it built "
@@ -336,7 +338,8 @@ def check_training_step(prepare_fn, step_fn) -> None:
             seen.update(call=call, steps=0, forwards=[], match=None)
             with torch.random.fork_rng():
                 torch.manual_seed(600 + call)
-                returned = call_answer(f"{step_name}(model, optimizer, batch)", step_fn, model, optimizer, dict(batch))
+                returned = call_answer(f"{step_name}(model, optimizer, batch)", step_fn, model, optimizer, dict(batch),
+                                       may_change={0: WEIGHTS, 1: ANYTHING})
             if "problem" in seen:
                 raise CheckFailed(seen["problem"])
             if seen["steps"] == 0:
@@ -719,7 +722,8 @@ def _check_one_ablation(name: str, ablate_fn, model, batch, expected: dict) -> N
     with torch.no_grad():
         outputs = model(input_ids=batch).logits
     try:
-        got = call_answer(f"{name}(model, score)", ablate_fn, model, score)
+        got = call_answer(f"{name}(model, score)", ablate_fn, model, score,
+                          may_change={0: ANYTHING})  # the restore is this check's subject: named below
     finally:
         grad_after = torch.is_grad_enabled()
         torch.set_grad_enabled(state["grad"])  # whatever the answer did, the notebook gets its grad mode back
@@ -752,7 +756,8 @@ def _check_stopped_ablation(name: str, ablate_fn, model, batch, stop, when: str)
     """A run whose score raises ``stop`` at its third call: the loop must let it through and restore everything."""
     state = _model_state(model)
     try:
-        call_answer(f"{name}(model, score)", ablate_fn, model, _score_fn(batch, fail_at=3, student=True, stop=stop))
+        call_answer(f"{name}(model, score)", ablate_fn, model, _score_fn(batch, fail_at=3, student=True, stop=stop),
+                  may_change={0: ANYTHING})  # the restore is this check's subject: named below
     except _Interrupted:
         pass
     except CheckFailed as error:
@@ -841,32 +846,38 @@ def check_serving(serve_fn) -> None:
     """
     name = getattr(serve_fn, "__name__", "serve")
     with tempfile.TemporaryDirectory(prefix="adapterlab-check-") as folder:
-        base, sets, requests, server = _serving_case(Path(folder))
-        reference = {}
-        for task in SERVING_TASKS:
-            model = copy.deepcopy(base)
-            load_adapter_set(model, sets[task])
-            with torch.no_grad():
-                reference[task] = [model(input_ids=ids[None]).logits[0] for _, ids in requests]
+        _check_serving_in(Path(folder), name, serve_fn)
+
+
+def _check_serving_in(folder: Path, name: str, serve_fn) -> None:
+    """:func:`check_serving`, with its adapter sets saved in ``folder``."""
+    base, sets, requests, server = _serving_case(folder)
+    reference = {}
+    for task in SERVING_TASKS:
+        model = copy.deepcopy(base)
+        load_adapter_set(model, sets[task])
+        with torch.no_grad():
+            reference[task] = [model(input_ids=ids[None]).logits[0] for _, ids in requests]
+    with _files_opened() as log:
+        load_adapter_set(copy.deepcopy(base), sets["grammar"])
+    per_load = max(1, _loads(log, sets))
+    passes = {"n": 0, "rows": 0, "copies": 0, "training": 0}
+
+    def count(module, args, kwargs):
+        passes["n"] += 1
+        passes["copies"] += module is not server  # a copy of the model carries this hook along
+        passes["training"] += module.training
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        passes["rows"] += int(ids.shape[0]) if isinstance(ids, torch.Tensor) and ids.ndim == 2 else 1
+
+    counter = server.register_forward_pre_hook(count, with_kwargs=True)
+    try:
         with _files_opened() as log:
-            load_adapter_set(copy.deepcopy(base), sets["grammar"])
-        per_load = max(1, _loads(log, sets))
-        passes = {"n": 0, "rows": 0, "copies": 0, "training": 0}
-
-        def count(module, args, kwargs):
-            passes["n"] += 1
-            passes["copies"] += module is not server  # a copy of the model carries this hook along
-            passes["training"] += module.training
-            ids = kwargs.get("input_ids", args[0] if args else None)
-            passes["rows"] += int(ids.shape[0]) if isinstance(ids, torch.Tensor) and ids.ndim == 2 else 1
-
-        counter = server.register_forward_pre_hook(count, with_kwargs=True)
-        try:
-            with _files_opened() as log:
-                got = call_answer(f"{name}(model, adapter_sets, requests)", serve_fn, server, dict(sets), list(requests))
-        finally:
-            counter.remove()
-        loads = _loads(log, sets) // per_load
+            got = call_answer(f"{name}(model, adapter_sets, requests)", serve_fn, server, dict(sets), list(requests),
+                              may_change={0: WEIGHTS})
+    finally:
+        counter.remove()
+    loads = _loads(log, sets) // per_load
     if passes["copies"]:
         raise CheckFailed(
             f"{passes['copies']} of your forward passes ran on a copy of the model (copy.deepcopy per task?): every "
@@ -906,12 +917,45 @@ def check_serving(serve_fn) -> None:
                 f"The answers are right, but you loaded adapter sets {loads} times for {tasks_used} tasks: a load "
                 "copies every tensor of the set into the model, so load each task's set once, before its group."
             )
+        _serve_again(name, serve_fn, base, sets, requests, server, reference)
         report_passed(
             f"Your server answers {len(requests)} mixed requests for {tasks_used} tasks exactly as one model per "
             f"task would, in request order, with one adapter-set swap and one forward pass per task."
         )
         return
     raise CheckFailed(_serving_mistake(rows, requests, reference))
+
+
+def _loaded_set(model, base, sets) -> str | None:
+    """The task whose adapter set ``model`` holds now, or None."""
+    held = saved_parameters(model)
+    for task in SERVING_TASKS:
+        probe = copy.deepcopy(base)
+        load_adapter_set(probe, sets[task])
+        if all(torch.equal(tensor, held[name]) for name, tensor in saved_parameters(probe).items()):
+            return task
+    return None
+
+
+def _serve_again(name, serve_fn, base, sets, requests, server, reference) -> None:
+    """Call a server that answered right once again, as a notebook does with the next batch of requests: on a model
+    holding another set than the first call left loaded, with the requests of the task it left loaded first. An
+    answer that keeps which set is loaded between calls (in a global or a default argument) answers from that
+    memory, and wrongly."""
+    last = _loaded_set(server, base, sets) or SERVING_ORDER[-1]
+    model = copy.deepcopy(base)
+    load_adapter_set(model, sets[next(task for task in SERVING_TASKS if task != last)])
+    order = sorted(range(len(requests)), key=lambda k: requests[k][0] != last)  # stable: `last` first
+    got = call_answer(f"{name}(model, adapter_sets, requests) called again", serve_fn, model, dict(sets),
+                      [requests[k] for k in order], may_change={0: WEIGHTS})
+    rows = _rows(got, len(requests))
+    if rows is None or not all(close_enough(row, reference[requests[k][0]][k]) for row, k in zip(rows, order)):
+        raise CheckFailed(
+            f"Your server answered right when first called, and wrong when called again on a model holding another "
+            f"adapter set, with the {last!r} requests first: it keeps something from the last call (which set it "
+            "loaded, in a global variable or a default argument) that the model it is given does not hold. Decide "
+            "from the model and the requests you are given: load each group's set, every call."
+        )
 
 
 def _holds_graph(got) -> bool:
@@ -1123,8 +1167,6 @@ def _check_one_front(name: str, front_fn, what: str, points: dict) -> None:
         if "adapterlab-refused" in str(error):
             raise CheckFailed(_PACKAGE_FRONT) from None
         raise
-    if given != points:
-        raise CheckFailed(f"{name}(points) changed the dict it was given; build a new list and leave points as it is.")
     if isinstance(got, (str, bytes)) or not hasattr(got, "__iter__"):
         raise CheckFailed(f"{name}(points) returned {got!r}; return a list of the labels on the front.")
     got = list(got)
