@@ -13,16 +13,8 @@ from adapterlab import checks
 from adapterlab import checks_training as ct
 from adapterlab.checkpoints import load_adapter_set
 from adapterlab.teaching.exercises import audit
-from test_checks import right_count, right_names
+from test_checks import _fails as _refused, right_count, right_names
 from test_checks_training import _groups, _run, matthews, serve
-
-
-def _refused(check, answer, *words):
-    with pytest.raises(checks.CheckFailed) as caught:
-        check(answer)
-    for word in words:
-        assert word in str(caught.value), str(caught.value)
-    return str(caught.value)
 
 
 # Lab 9: serving, with a model the notebook goes on using -------------------------------------------------------
