@@ -990,3 +990,19 @@ def test_a_check_leaves_the_notebooks_random_state_alone(check, answer, capsys):
     check(answer)
     assert torch.equal(torch.get_rng_state(), before)
     assert capsys.readouterr().out.startswith("✔")
+
+
+def test_a_slope_taken_inside_vmap_is_refused_as_vmap_not_as_the_chain_rule():
+    """vmap(grad(f)) may be autograd of f alone, but the check cannot read the values inside vmap: it refuses vmap
+    by name, as the exercise text says, rather than calling it the chain rule."""
+    from torch.func import grad, vmap
+
+    def slope_by_vmap(adapter, h, delta):
+        z = h @ adapter.down.weight.T + adapter.down.bias
+        slope = vmap(vmap(grad(adapter.act)))(z)
+        back = (delta @ adapter.up.weight) * slope
+        return back.T @ h, delta.T @ adapter.act(z)
+
+    for check in (checks.check_adapter_gradients, checks.check_zero_up_gradients):
+        message = _fails(check, slope_by_vmap, "torch.func.vmap", "f_prime(adapter.act, z)")
+        assert "chain rule" not in message

@@ -487,6 +487,28 @@ _AUTOGRAD_USED = (
 )
 
 
+_VMAP_REFUSED = (
+    "Your gradient function takes a gradient inside torch.func.vmap (vmap(grad(f)), say). That may be autograd of f "
+    "alone, but inside vmap the check cannot see what is differentiated, so it refuses vmap rather than guess. For "
+    "f′ at every entry of z use f_prime(adapter.act, z), which is allowed; write the rest with matrix products."
+)
+
+
+def _inside_vmap(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` is, or wraps, one of torch.func.vmap's batched stand-ins, which carry no values the check
+    can read (torch.func.grad wraps what it differentiates once more)."""
+    functorch = getattr(torch._C, "_functorch", None)
+    if functorch is None or not hasattr(functorch, "is_batchedtensor"):
+        return False
+    for _ in range(8):  # a few levels of transforms at most
+        if functorch.is_batchedtensor(tensor):
+            return True
+        if not functorch.is_functorch_wrapped_tensor(tensor):
+            return False
+        tensor = functorch.get_unwrapped(tensor)
+    return False
+
+
 class _SlopeOnlyEngine:
     """Stands in for autograd's engine: it runs a backward pass only when what comes out is f′ at one point.
 
@@ -509,6 +531,8 @@ class _SlopeOnlyEngine:
         if accumulate_grad or len(inputs) != 1 or not isinstance(inputs[0], torch.Tensor):
             how = ".backward()" if accumulate_grad else f"a gradient with respect to {len(inputs)} tensors at once"
             raise Forbidden(_AUTOGRAD_USED.format(how=how))
+        if _inside_vmap(inputs[0]):
+            raise Forbidden(_VMAP_REFUSED)
         result = self.engine.run_backward(*args)
         self.busy = True
         try:
