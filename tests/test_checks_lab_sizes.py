@@ -16,7 +16,6 @@ import test_checks as answers
 import test_checks_training as training_answers
 from adapterlab import checks
 from adapterlab import checks_training as ct
-from adapterlab.lora import fold_linear_adapter
 from adapterlab.placement import encoder_layers
 
 
@@ -56,7 +55,7 @@ def test_the_fold_checks_use_bert_base_s_projections(capsys):
 
     def fold(dense, adapter):
         serial.append((dense.in_features, dense.out_features, adapter.bottleneck))
-        return fold_linear_adapter(dense, adapter)
+        return answers.right_fold(dense, adapter)
 
     def fold_parallel(projection, adapter, scale):
         parallel.append((projection.in_features, adapter.bottleneck))

@@ -61,7 +61,8 @@ class _Module:
     hooks: dict
 
 
-def _hooks(module: nn.Module) -> int:
+def hook_count(module: nn.Module) -> int:
+    """How many hooks `module` itself holds: an answer that leaves one behind changes every later forward."""
     return sum(len(getattr(module, kind, {})) for kind in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
                                                            "_backward_pre_hooks"))
 
@@ -78,7 +79,7 @@ def _record(value, depth: int = 0):
                                                                         *value.named_buffers()]},
                        requires_grad={name: p.requires_grad for name, p in value.named_parameters()},
                        training={name: m.training for name, m in value.named_modules()},
-                       hooks={name: _hooks(m) for name, m in value.named_modules()})
+                       hooks={name: hook_count(m) for name, m in value.named_modules()})
     if depth > 3:
         return None
     if isinstance(value, (list, tuple)):

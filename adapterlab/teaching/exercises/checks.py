@@ -15,15 +15,18 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import inspect
 import numbers
 import re
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ...model.adapter import BottleneckAdapter
-from ...model.counting import meta_model
+from ...model.counting import bert_counts, meta_model
+from ...model.fold import fold_linear_adapter, linear_adapter_matrix
 from ...model.placement import AdapterConfig, add_adapters
 from . import audit
 
@@ -51,6 +54,38 @@ class Forbidden(Exception):
     """Raised by the check itself when the answer uses what the exercise rules out; the message says what."""
 
 
+#: What the package's own function raises while a check runs an answer (:class:`PackageAnswer`).
+_REFUSED = "adapterlab-refused: the package's own answer"
+
+
+def _refusal(*args, **kwargs):
+    raise RuntimeError("adapterlab-refused: the package's own answer")
+
+
+@dataclass(frozen=True)
+class PackageAnswer:
+    """The package's own version of what an exercise asks the student to write, and what to say when an answer
+    uses it. The course's one rule: every exercise's answer is the student's own; the package's function is
+    there to compare with afterwards. While :func:`call_answer` runs an answer, each of ``functions`` raises
+    however the answer reaches it (by its module, by a name imported from it, or as the answer itself): its code
+    is swapped for a refusal and put back afterwards."""
+
+    functions: tuple
+    message: str
+
+    @contextlib.contextmanager
+    def refused(self):
+        functions = [inspect.unwrap(function) for function in self.functions]
+        codes = [function.__code__ for function in functions]
+        for function in functions:
+            function.__code__ = _refusal.__code__
+        try:
+            yield
+        finally:
+            for function, code in zip(functions, codes):
+                function.__code__ = code
+
+
 def _first_line(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     return text[0][:300] if text else ""
@@ -70,14 +105,28 @@ _KNOWN_ERRORS = {
 }
 
 
-def call_answer(what: str, fn, *args, hint: str = "", may_change: dict | None = None):
+def call_answer(what: str, fn, *args, hint: str = "", may_change: dict | None = None,
+                package: PackageAnswer | None = None):
     """Call the student's code; turn a stub or a crash into a plain-words CheckFailed, and audit the call.
 
     The advice after the error is the known cause of that PyTorch error when there is one, else ``hint``, the
     exercise's own word on what usually goes wrong there. Every call is audited (:mod:`.audit`): an answer that
     leaves torch's global state, a model's mode or flags, or an argument changed is refused naming what it changed,
-    with torch's state put back. ``may_change`` names what an argument is meant to change (by position).
+    with torch's state put back. ``may_change`` names what an argument is meant to change (by position). An answer
+    that is or calls ``package``'s function is refused with its message.
     """
+    if package is None:
+        return _call_audited(what, fn, args, hint, may_change)
+    with package.refused():
+        try:
+            return _call_audited(what, fn, args, hint, may_change)
+        except CheckFailed as error:
+            if _REFUSED in str(error):
+                raise CheckFailed(package.message) from None
+            raise
+
+
+def _call_audited(what: str, fn, args, hint: str, may_change: dict | None):
     before = audit.snapshot(args)
     try:
         result = fn(*args)
@@ -396,6 +445,9 @@ def check_adapter_class(adapter_class, d_model: int = 768, bottleneck: int = 64)
     parameter and every bottleneck unit.
     """
     name = _name(adapter_class)
+    if isinstance(adapter_class, type) and issubclass(adapter_class, BottleneckAdapter):
+        raise CheckFailed(f"{name} is the package's BottleneckAdapter, or builds on it: the exercise asks you to write "
+                          "the module yourself, from nn.Module, with self.down and self.up.")
     sizes = [(d_model, bottleneck)] + [size for size in ADAPTER_SIZES if size != (d_model, bottleneck)]
     with torch.random.fork_rng():
         torch.manual_seed(0)
@@ -826,10 +878,15 @@ def _left_alone(module: nn.Module, before: dict, what: str) -> None:
         )
 
 
+_PACKAGE_FOLD = PackageAnswer((fold_linear_adapter, linear_adapter_matrix), (
+    "Your answer calls the package's fold (fold_linear_adapter or linear_adapter_matrix): that is what this exercise "
+    "asks you to write. Work out W' and b' from the adapter's four tensors yourself."))
+
+
 def _check_one_fold(name: str, fold_fn, dense, adapter, x) -> None:
     before = {part: copy.deepcopy(module.state_dict()) for part, module in (("dense", dense), ("adapter", adapter))}
     with torch.random.fork_rng():  # a new nn.Linear draws from the notebook's generator
-        folded = call_answer(f"{name}(dense, adapter)", fold_fn, dense, adapter, hint=_FOLD_ORDER,
+        folded = call_answer(f"{name}(dense, adapter)", fold_fn, dense, adapter, hint=_FOLD_ORDER, package=_PACKAGE_FOLD,
                              may_change={0: audit.WEIGHTS, 1: audit.WEIGHTS})  # named below, with the in-place op
     _left_alone(dense, before["dense"], "the original dense layer")
     _left_alone(adapter, before["adapter"], "the adapter")
@@ -1049,6 +1106,11 @@ def _count_parts(d, n_layers, r, placement, train_layernorm, num_labels) -> str:
             f"{norms} and {d * num_labels + num_labels:,} in the classifier")
 
 
+_PACKAGE_COUNT = PackageAnswer((bert_counts,), (
+    "Your answer calls the package's bert_counts: that is the count this exercise asks you to make. Count each "
+    "trained part from the printout yourself."))
+
+
 @plain_errors
 def check_trained_count(count_fn) -> None:
     """Check ``count_fn(d, n_layers, r, placement, train_layernorm, num_labels) -> int`` (lab 4).
@@ -1061,7 +1123,7 @@ def check_trained_count(count_fn) -> None:
     name = _name(count_fn)
     for d, n_layers, r, placement, train_layernorm, num_labels in TRAINED_COUNT_CASES:
         call = f"{name}(d={d}, n_layers={n_layers}, r={r}, placement={placement!r}, train_layernorm={train_layernorm}, num_labels={num_labels})"
-        got = call_answer(call, count_fn, d, n_layers, r, placement, train_layernorm, num_labels)
+        got = call_answer(call, count_fn, d, n_layers, r, placement, train_layernorm, num_labels, package=_PACKAGE_COUNT)
         expected = _counted_model(d, n_layers, r, placement, train_layernorm, num_labels)
         if isinstance(got, bool) or not isinstance(got, numbers.Number):
             raise CheckFailed(f"{call} returned {got!r}; it must return a number of parameters (an int).")

@@ -17,7 +17,12 @@ from fractions import Fraction
 import numpy as np
 
 from .audit import ANYTHING
-from .checks import CheckFailed, call_answer, plain_errors, report_passed
+from ..notebook.anatomy import effective_rank
+from .checks import CheckFailed, PackageAnswer, call_answer, plain_errors, report_passed
+
+_PACKAGE_RANK = PackageAnswer((effective_rank,), (
+    "Your answer calls the package's effective_rank: that is the count this exercise asks you to write. Sort, sum "
+    "and count the squares yourself."))
 
 __all__ = ["CheckFailed", "check_effective_rank"]
 
@@ -248,7 +253,7 @@ def _check_one(name: str, rank_fn, what: str, values, energy: float,
     given = list(values) if isinstance(values, list) else values.copy()
     hint = _ZERO if zero else _LIST if isinstance(values, list) else ""
     with np.errstate(all="ignore"):
-        got = call_answer(call, rank_fn, given, *extra, hint=hint,
+        got = call_answer(call, rank_fn, given, *extra, hint=hint, package=_PACKAGE_RANK,
                           may_change={0: ANYTHING})  # named below: sorted or squared in place
     if not _unchanged(given, values):
         raise CheckFailed(_changed(call, given, values))

@@ -30,8 +30,10 @@ from ...methods.registry import set_trainable
 from ...model.placement import add_adapters, enabled_layers, set_adapters_enabled
 from ...model.trainable import parameter_group
 from ...runs.ablation import span_ablation
-from .audit import ANYTHING, REQUIRES_GRAD, WEIGHTS
-from .checks import POOLER_STAYS_FROZEN, CheckFailed, call_answer, close_enough, report_passed, plain_errors
+from ...training.data import matthews
+from .audit import ANYTHING, REQUIRES_GRAD, WEIGHTS, hook_count
+from .checks import (POOLER_STAYS_FROZEN, CheckFailed, PackageAnswer, call_answer, close_enough, plain_errors,
+                     report_passed)
 
 __all__ = ["CheckFailed", "check_training_step", "check_matthews", "check_span_ablation", "check_serving",
            "check_pareto_front"]
@@ -478,6 +480,11 @@ def _matthews_mistake(got: float, labels, predictions) -> str | None:
     return None
 
 
+_PACKAGE_MATTHEWS = PackageAnswer((matthews,), (
+    "Your answer calls the package's matthews: that is the computation this exercise asks you to write. Count the "
+    "four kinds of outcome and combine them yourself."))
+
+
 @plain_errors
 def check_matthews(matthews_fn) -> None:
     """Check ``matthews_fn(labels, predictions) -> float`` for 0/1 NumPy arrays (lab 7).
@@ -494,7 +501,8 @@ def check_matthews(matthews_fn) -> None:
         degenerate = len(set(labels.tolist())) < 2 or len(set(predictions.tolist())) < 2
         call = f"{name}(labels, predictions) for {what}"
         with np.errstate(all="ignore"):
-            got = call_answer(call, matthews_fn, labels.copy(), predictions.copy(), hint=zero if degenerate else "")
+            got = call_answer(call, matthews_fn, labels.copy(), predictions.copy(), hint=zero if degenerate else "",
+                              package=_PACKAGE_MATTHEWS)
         value = _as_float(got)
         if value is None:
             raise CheckFailed(f"{call} returned {got!r}; return the score as one number (a float).")
@@ -601,14 +609,10 @@ def _zeroed_up_scores(model, score) -> dict:
 
 def _model_state(model) -> dict:
     """Everything about a model a loop over it must give back besides its tensors and its enabled adapters."""
-    def hooks(module):
-        return sum(len(getattr(module, kind, {})) for kind in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
-                                                               "_backward_pre_hooks"))
-
     return {"grad": torch.is_grad_enabled(),
             "training": {name: m.training for name, m in model.named_modules()},
             "requires_grad": {name: p.requires_grad for name, p in model.named_parameters()},
-            "hooks": {name: hooks(m) for name, m in model.named_modules()}}
+            "hooks": {name: hook_count(m) for name, m in model.named_modules()}}
 
 
 def _state_change(before: dict, after: dict, when: str = "") -> str | None:
@@ -1111,25 +1115,6 @@ _PACKAGE_FRONT = ("Your answer calls the package's tradeoff.pareto_front: that i
                   "to write. Compare the methods yourself.")
 
 
-def _refused_front(points):
-    raise RuntimeError("adapterlab-refused: the package's own front")
-
-
-@contextlib.contextmanager
-def _package_front_refused():
-    """Inside, adapterlab.tradeoff.pareto_front raises, however the answer reached it (by the module, or by a name
-    imported from it): its code is swapped for a refusal and put back afterwards."""
-    from ...runs import tradeoff
-
-    real = tradeoff.pareto_front
-    code = real.__code__
-    real.__code__ = _refused_front.__code__
-    try:
-        yield real
-    finally:
-        real.__code__ = code
-
-
 @plain_errors
 def check_pareto_front(front_fn) -> None:
     """Check ``front_fn(points) -> list of labels`` (lab 10): ``points`` maps a method's label to
@@ -1137,12 +1122,12 @@ def check_pareto_front(front_fn) -> None:
     trained parameters to the most (two methods with exactly the same count and score dominate neither each
     other nor anything else: both are on the front, in either order). The reference compares every pair of
     methods. Scores may be 0 or negative (CoLA's Matthews correlation)."""
+    from ...runs.tradeoff import pareto_front  # imported when this check runs: the lab's other checks do without it
+
     name = getattr(front_fn, "__name__", "pareto_front")
-    with _package_front_refused() as package_front:
-        if front_fn is package_front:
-            raise CheckFailed(_PACKAGE_FRONT)
-        for what, points in _front_cases():
-            _check_one_front(name, front_fn, what, points)
+    package = PackageAnswer((pareto_front,), _PACKAGE_FRONT)
+    for what, points in _front_cases():
+        _check_one_front(name, front_fn, what, points, package)
     report_passed(f"Your front matches a pairwise comparison of every method on {len(_front_cases())} sets of methods, "
             "equal parameter counts, equal scores, exact duplicates and scores of 0 or below included.")
 
@@ -1158,15 +1143,10 @@ def _margin(label, points: dict) -> float:
     return score - max(rivals) if rivals else math.inf
 
 
-def _check_one_front(name: str, front_fn, what: str, points: dict) -> None:
+def _check_one_front(name: str, front_fn, what: str, points: dict, package: PackageAnswer) -> None:
     expected = _reference_front(points)
     given = dict(points)
-    try:
-        got = call_answer(f"{name}(points) for {what}", front_fn, given)
-    except CheckFailed as error:
-        if "adapterlab-refused" in str(error):
-            raise CheckFailed(_PACKAGE_FRONT) from None
-        raise
+    got = call_answer(f"{name}(points) for {what}", front_fn, given, package=package)
     if isinstance(got, (str, bytes)) or not hasattr(got, "__iter__"):
         raise CheckFailed(f"{name}(points) returned {got!r}; return a list of the labels on the front.")
     got = list(got)
