@@ -128,6 +128,19 @@ def test_stderr_leaves_the_slides_and_the_notice_is_on_the_title_slide_once(tmp_
     assert "stand-in" not in "".join(slide["text"] for slide in deck.slides[2:]), "the backbone line once, on the title slides"
 
 
+def test_a_line_that_only_prints_the_stripped_backbone_line_leaves_with_it(tmp_path):
+    printing = "opened = open_set()\nprint(opened.backbone.describe())\nprint(rows.describe())"
+    deck = export(tmp_path, [
+        cell("code", "load()", "slide", [stream("Backbone: tiny (stand-in)\n")]),
+        cell("code", printing, "slide", [stream("Backbone: tiny (stand-in)\nSST-2 dev: 872 rows\n")]),
+        cell("code", "print(model.backbone.describe())", "slide", [stream("Backbone: bert-base-uncased\n")]),
+    ])
+    [opened] = [slide for slide in deck.slides if "open_set" in slide["text"]]
+    assert "backbone.describe" not in opened["text"], "a print whose line the deck removed would print nothing"
+    assert "rows.describe()" in opened["text"] and "872 rows" in opened["text"], "the rest of the cell stays"
+    assert "model.backbone.describe()" in deck.text, "a backbone line that is not the stand-in's stays, with its code"
+
+
 def test_a_long_notice_shows_its_first_sentence_and_the_notes_hold_all_of_it(tmp_path):
     notice = ("NOTICE: bert-base-uncased is not in the cache, so the stand-in was loaded instead. "
               "Every number that follows comes from the stand-in. Connect once to use bert-base-uncased.")

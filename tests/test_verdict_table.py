@@ -87,6 +87,16 @@ def test_a_family_table_holds_the_verdicts_holm_decides_and_says_so():
     assert "undecided in the family" not in decided_table(comparisons).footer()  # alone, nothing falls
 
 
+def test_a_table_showing_part_of_its_family_says_what_the_rest_is():
+    comparisons = [compare(RNG.normal(0.86 + gap, 0.01, 5), RNG.normal(0.86, 0.01, 5), names=(f"gap {gap}", "base"))
+                   for gap in (0.0, 0.01, 0.02, 0.03)]
+    decided = family(comparisons)
+    part = VerdictTable(tuple(decided[:2]), family="every gap against base")
+    assert "Holm over 4 verdicts (every gap against base)" in part.footer(), "two rows shown, four decided"
+    whole = VerdictTable(tuple(decided), family="every gap against base")
+    assert "Holm over 4 verdicts;" in whole.footer(), "a table that shows its whole family needs no word on it"
+
+
 def test_an_undecided_row_says_how_many_seeds_would_settle_it_and_a_missing_one_says_not_stored():
     wide = compare(RNG.normal(0.86, 0.02, 3), RNG.normal(0.86, 0.02, 3), names=("r=8", "r=64"))
     assert wide.verdict == "undecided"

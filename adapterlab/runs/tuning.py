@@ -577,7 +577,8 @@ def tuned_claim_table(rows: list[dict], pairs=None, title: str = "tuned, standar
     """:func:`tuned_comparisons` as a table whose title says the verdicts hold at the standard budget (the
     budget check trains the headline pair longer); a pair not stored yet says so in its row."""
     verdicts = tuned_comparisons(rows, pairs)
-    return VerdictTable(tuple(verdicts.values()), tuple(f"{a} vs {b}" for a, b in verdicts), title=title)
+    family = "these rows, and every row of the tuned table against " + " or ".join(REFERENCES)
+    return VerdictTable(tuple(verdicts.values()), tuple(f"{a} vs {b}" for a, b in verdicts), title=title, family=family)
 
 
 def knee(rows: list[dict]) -> tuple[dict | None, str]:

@@ -37,6 +37,7 @@ class VerdictTable:
     labels: tuple = ()  # what each row compares, where "a vs b" would not say it (a budget, a verdict not stored)
     title: str = ""
     scale: float = 100.0  # differences and intervals are shown ×100: points of accuracy or of MCC
+    family: str = ""  # what else the family holds, where it is larger than the table: a reader counts the rows
 
     def _label(self, index: int, verdict: Comparison | None) -> str:
         if index < len(self.labels) and self.labels[index]:
@@ -83,7 +84,8 @@ class VerdictTable:
         parts = ["difference: the first minus the second, in points (×100)",
                  f"level: the interval inside ±{self._margin():.1f}"]
         if size > 1:
-            parts.append(f"decided together, Holm over {size} verdicts; each interval is its comparison's own")
+            held = f" ({self.family})" if self.family and size > len(decided) else ""
+            parts.append(f"decided together, Holm over {size} verdicts{held}; each interval is its comparison's own")
         if "undecided in the family" in words:
             parts.append("undecided in the family: decided alone, not after Holm's correction")
         if any(not verdict.paired and verdict.n_b is not None and verdict.n_b != verdict.n_a for verdict in decided):

@@ -9,8 +9,9 @@ groups it into slides:
 - ``# NBVAL_...`` lines and nbgrader's solution markers are removed from the code, which is otherwise
   shown exactly as written (the labs' code fits 88 columns);
 - a folded ``<details>`` block shows its summary, then its body as a fragment (the next key press);
-- stderr outputs (the stand-in NOTICE) and the printed stand-in backbone line are left out: the title
-  slides carry them once;
+- stderr outputs (the stand-in NOTICE) and the printed stand-in backbone line are left out, and so is
+  a line of code that only prints that line (it would print nothing on the slide): the title slides
+  carry the notice once;
 - absolute paths in outputs become short relative ones (a deck must not show a machine's folders);
 - plotly figures get a height that fits a slide;
 - a prediction (markdown and code cells tagged ``prediction``) becomes a slide of its own, its code
@@ -68,6 +69,8 @@ _ABSOLUTE_PATH = re.compile(r"(?<![\w.:/\\~-])(?:~|(?:[A-Za-z]:)?)(?:[/\\][\w.+-
 _BACKBONE_LINE = re.compile(r"\bBackbone: ([^|\n]+)")
 # the line a lab prints when it loads a backbone: the title slides say it once for the deck
 _STANDIN_LINE = re.compile(r"^Backbone: [^\n]*\bstand-in\b[^\n]*(?:\n|$)", re.MULTILINE)
+# a line of code that prints nothing but the backbone line (left out with it)
+_BACKBONE_PRINT = re.compile(r"^\s*print\([\w.]*backbone\.describe\(\)\)\s*$")
 _DATA_LINE = re.compile(r"\b((?:SST-2|CoLA|[A-Z][\w-]+) (?:train|dev|test)): [\d,]+(?: of [\d,]+)? rows.* from (.+)$", re.MULTILINE)
 
 
@@ -207,6 +210,8 @@ def _clean_code_cell(cell) -> None:
         if output.get("name") == "stderr" or WIDGET_VIEW_MIME in output.get("data", {}):
             continue  # the notice is on the title slides; a widget needs a kernel (the deck drops it)
         if "text" in output:
+            if _STANDIN_LINE.search(output["text"]):
+                cell.source = "\n".join(line for line in cell.source.splitlines() if not _BACKBONE_PRINT.match(line))
             output["text"] = relative_paths(_STANDIN_LINE.sub("", output["text"]))
             if not output["text"].strip():
                 continue
