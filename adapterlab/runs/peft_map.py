@@ -31,10 +31,8 @@ import torch
 from torch import nn
 
 from ..model.latency import time_interleaved
-from ..model.fold import fold_adapters
 from .. import methods
 from ..methods import apply_method
-from ..model.placement import adapter_config
 from ..model.trainable import trainable_summary
 from ..training import TrainConfig, train
 

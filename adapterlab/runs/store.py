@@ -40,7 +40,7 @@ import torch
 
 from ..training.backbones import expected_backbone
 from ..methods.checkpoints import write_durably
-from ..training.data import Split, get_task, load_split
+from ..training.data import Split, get_task
 from ..training.evaluation import pick_device
 from .. import methods
 from ..training.config import settings as training_settings

@@ -22,7 +22,7 @@ import json
 from tqdm.auto import tqdm
 
 from ..training.config import settings
-from .store import RunStore, ignored_settings, key_settings, run_or_load
+from .store import RunStore, key_settings, run_or_load
 
 
 def parse_shard(text: str) -> tuple[int, int]:

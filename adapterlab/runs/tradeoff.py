@@ -95,9 +95,9 @@ def tradeoff_points(task: str, model: nn.Module, families: dict[str, dict[str, T
     """Every configured point, stored or not, its trained parameters counted on ``model`` (the lab's backbone);
     ``read`` are :func:`adapterlab.experiments.seed_rows`'s keywords (backbone, stores, ...)."""
     points = []
-    for family, configs in families.items():
+    for method, configs in families.items():
         for row in seed_rows(task, setting=configs, **read):
-            points.append(Point(family, trained_parameters(model, row.config), row))
+            points.append(Point(method, trained_parameters(model, row.config), row))
     return points
 
 
