@@ -70,6 +70,12 @@ PEFT_EQUAL = {
                                            alpha_pattern={"query": 3}),
     "no task_type, the classifier saved": dict(task_type=None, target_modules=["query", "value"],
                                                modules_to_save=["classifier"]),
+    "layers_to_transform = 0": dict(target_modules=["query", "value"], layers_to_transform=0),
+    "a regex limited to the first layer": dict(target_modules=r"bert\.encoder\.layer\.0\.attention\.self\.(query|value)"),
+    "every dense layer, the pooler's excluded": dict(target_modules=["query", "key", "value", "dense"],
+                                                     exclude_modules=["pooler.dense"]),
+    "the pooler trained, saved as pooler.dense": dict(target_modules=["query", "value"],
+                                                      modules_to_save=["classifier", "pooler.dense"]),
 }
 
 
@@ -80,6 +86,16 @@ def test_a_peft_lora_that_is_adapterlabs_lora_imports_with_the_same_logits(case,
     assert summary["method"] == "lora"
     if case == "dropout":
         assert "training only" in summary["notes"][0]
+
+
+def test_an_adapter_saved_under_its_own_name_is_found_in_its_folder(tmp_path):
+    base, _, _ = load_backbone(TINY, num_labels=2, seed=0)
+    model = peft.get_peft_model(base, _lora(target_modules=["query", "value"]), adapter_name="other").eval()
+    _noise(model)
+    model.save_pretrained(str(tmp_path / "saved"), selected_adapters=["other"])
+    with pytest.raises(InteropError, match=r"its folder other does.*import .*saved/other"):
+        import_set(tmp_path / "saved", tmp_path / "imported", backbone=TINY, task="sst2")
+    _imports_equal(tmp_path / "saved" / "other", _logits(model), tmp_path)  # where the message points
 
 
 def test_a_peft_folder_saved_as_a_pickle_is_read_without_running_code(tmp_path):
@@ -227,6 +243,21 @@ def test_an_adapterhub_folder_that_is_an_adapterlab_set_imports_with_the_same_lo
     summary = _imports_equal(folder, theirs, tmp_path)
     if "dropout" in settings:
         assert "training only" in summary["notes"][0]
+
+
+@pytest.mark.parametrize("kind", ["Stack", "Fuse", "Parallel"])
+def test_a_setup_of_several_adapters_is_refused_as_another_model_not_as_one_to_pick(kind, tmp_path):
+    """save_adapter_setup's top folder for a composition, as adapters 1.3 writes it (composition.to_dict): importing
+    one of its adapters gives another model, and the message must not suggest otherwise."""
+    folder = tmp_path / "setup"
+    for name in ("a", "b"):
+        (folder / name).mkdir(parents=True)
+    single = [{"type": "single", "children": [name]} for name in ("a", "b")]
+    (folder / "adapter_setup.json").write_text(json.dumps(
+        {"adapter_setup": {"type": kind, "children": single}, "head_setup": None, "version": "adapters.1.3.0"}))
+    with pytest.raises(InteropError, match=rf"AdapterHub {kind} of the adapters \['a', 'b'\].*no import gives the "
+                                           r"saved setup's outputs.*a different model"):
+        import_set(folder, tmp_path / "imported", backbone=TINY, task="sst2")
 
 
 HUB_REFUSED = {

@@ -303,10 +303,14 @@ def setup_adapter(folder: Path) -> Path:
         setup = json.loads((folder / SETUP_FILE).read_text(encoding="utf-8"))
     except ValueError:
         raise InteropError(f"{folder}: its {SETUP_FILE} is not JSON; the folder is damaged") from None
-    names = sorted({name for name in _names_in(setup.get("adapter_setup")) if (folder / name).is_dir()})
+    composed = setup.get("adapter_setup")
+    names = sorted({name for name in _names_in(composed) if (folder / name).is_dir()})
     if len(names) != 1:
-        raise InteropError(f"{folder}: it is an AdapterHub setup of the adapters {names}: import one of them, "
-                           f"adapterlab import {folder / (names[0] if names else 'NAME')}")
+        kind = composed.get("type", "composition") if isinstance(composed, dict) else "composition"
+        one = f"adapterlab import {folder / (names[0] if names else 'NAME')}"
+        raise InteropError(f"{folder}: it is an AdapterHub {kind} of the adapters {names}, which adapterlab does not "
+                           f"compute (it runs one adapter set at a time): no import gives the saved setup's outputs. "
+                           f"`{one}` imports that adapter alone, a different model from this setup")
     return folder / names[0]
 
 

@@ -112,6 +112,11 @@ def import_set(folder, out, *, backbone: str | None = None, task: str | None = N
         raise InteropError(f"{folder} is already an adapterlab adapter set: `adapterlab evaluate --checkpoint "
                            f"{folder}` reads it as it is")
     if kind is None:
+        inside = sorted(child.name for child in folder.iterdir() if child.is_dir() and folder_kind(child) is not None)
+        if inside:  # PEFT saves an adapter not named "default" in a folder of its name
+            raise InteropError(f"{folder} holds no adapter_config.json, but its folder{'s' if len(inside) > 1 else ''} "
+                               f"{', '.join(inside)} {'do' if len(inside) > 1 else 'does'} (an adapter saved under its "
+                               f"own name): import {folder / inside[0]}")
         raise InteropError(f"{folder} holds {describe_kind(None)}: import reads a PEFT folder (adapter_config.json "
                            "with a peft_type) or an AdapterHub one (adapter_config.json with a config and an "
                            "adapters version)")

@@ -54,8 +54,10 @@ ALL_DENSE_NAMES = ["query", "key", "value", "intermediate.dense", "output.dense"
 #: The LoraConfig fields whose value changes what the model computes, at the value adapterlab's LoRA has.
 PLAIN_LORA = {"bias": "none", "use_dora": False, "use_rslora": False, "fan_in_fan_out": False, "rank_pattern": {},
               "alpha_pattern": {}, "layers_to_transform": None, "layer_replication": None, "lora_bias": False,
-              "trainable_token_indices": None, "exclude_modules": None, "target_parameters": None,
+              "trainable_token_indices": None, "target_parameters": None,
               "use_qalora": False, "use_bdlora": None, "alora_invocation_tokens": None}
+#: The pooler trained whole, as modules_to_save may name it: the module or its one dense layer, bare or in full.
+POOLER_NAMES = ("pooler", "pooler.dense", f"{BASE}.pooler", f"{BASE}.pooler.dense")
 
 
 def _number(value: float):
@@ -164,7 +166,7 @@ def _task_check(config: dict, folder: Path) -> set:
     if task_type is None and "classifier" not in saved:
         raise InteropError(f"{folder}: it has no task_type and does not save the classifier: make the adapter with "
                            "task_type='SEQ_CLS' (or modules_to_save=['classifier']) and save it again")
-    saved -= {"classifier", "score"}
+    saved = {"pooler" if name in POOLER_NAMES else name for name in saved} - {"classifier", "score"}
     if saved - {"pooler"}:
         raise InteropError(f"{folder}: it also trains {sorted(saved - {'pooler'})} whole (modules_to_save), which "
                            "adapterlab's methods do not")
@@ -255,7 +257,11 @@ def read_peft(folder: Path) -> dict:
 
         n_layers = model.config.num_hidden_layers
         layers = sorted({index for index, _ in pairs})
-        if layers[-1] >= n_layers or (len(layers) < n_layers and not config.get("layers_to_transform")):
+        # LoRA in fewer layers than the model has is the model PEFT saved when its config picks the layers (by
+        # number, by a target regex, or by modules left out); with a target list alone, it came from another backbone
+        picked = (config.get("layers_to_transform") is not None or isinstance(config.get("target_modules"), str)
+                  or bool(config.get("exclude_modules")))
+        if layers[-1] >= n_layers or (len(layers) < n_layers and not picked):
             raise InteropError(f"{folder}: its LoRA sits in layers {layers} of a model with {n_layers}: pass the "
                                "--backbone it was trained on")
         add_lora(model, rank=rank, alpha=alpha, targets=targets, train_pooler="pooler" in saved)
