@@ -146,7 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="replace the run already in --out (only once the new run is written)")
     train.add_argument("--save-dtype", choices=sorted(SAVE_DTYPES), default="fp32",
                        help="the dtype the adapter set is written in: fp16 or bf16 halve the file, for a set "
-                            "kept in a repository; loading casts back to the model's (default: fp32)")
+                            "kept in a repository; loading casts back to the model's. A weight beyond fp16's range "
+                            "keeps the set in fp32, and values too small for it are counted (default: fp32)")
     _add_own_task_flags(train)
 
     evaluate = commands.add_parser("evaluate", help="evaluate a saved adapter set on its task's dev set")
@@ -256,6 +257,33 @@ def _save_dtype(args):
 
     name = SAVE_DTYPES[args.save_dtype]
     return getattr(torch, name) if name else None
+
+
+def _save_in_dtype(save, model, dtype) -> None:
+    """``save(dtype)`` for train --save-dtype, keeping the run whatever the weights: a set with a weight beyond the
+    dtype's range is written in the model's dtype instead, and values too small for it, which become 0, are
+    counted; either is said in one line."""
+    from .methods.checkpoints import OutOfRange, flushed_to_zero
+
+    try:
+        save(dtype)
+    except OutOfRange as error:
+        print(f"adapterlab train: warning: {str(error).partition(': nothing was saved')[0]}: the set is written in "
+              "the model's dtype instead (twice the size)", file=sys.stderr)
+        save(None)
+        return
+    lost, total = flushed_to_zero(model, dtype)
+    if lost:
+        name = str(dtype).removeprefix("torch.")
+        print(f"adapterlab train: note: {lost:,} of {total:,} saved values are too small for {name} "
+              f"(below {_smallest_value(dtype):.3g}) and are written as 0; --save-dtype fp32 keeps them", file=sys.stderr)
+
+
+def _smallest_value(dtype) -> float:
+    """The smallest magnitude `dtype` holds (its smallest subnormal)."""
+    import torch
+
+    return torch.finfo(dtype).smallest_normal * torch.finfo(dtype).eps
 
 
 _SIZE_OPTIONS = {"bottleneck": "bottleneck", "lora_rank": "rank", "top_k": "top_k", "num_labels": "num_labels",
@@ -389,8 +417,10 @@ def _train_into(args, task, config, staging, saved_methods, save_adapter_set) ->
         report["checkpoint"] = str(out) if config.method in saved_methods else None
 
         def save(folder):
-            save_adapter_set(result.model, folder, backbone=result.backbone_info, dtype=_save_dtype(args),
-                             extra={"task": task, "seed": config.seed, "metrics": result.metrics})
+            _save_in_dtype(lambda dtype: save_adapter_set(result.model, folder, backbone=result.backbone_info, dtype=dtype,
+                                                          extra={"task": task, "seed": config.seed,
+                                                                 "metrics": result.metrics}),
+                           result.model, _save_dtype(args))
 
         if not report["checkpoint"]:
             report["note"] = f"method {config.method} trains the backbone's own weights: no adapter set is written"

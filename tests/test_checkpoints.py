@@ -19,6 +19,7 @@ from adapterlab.checkpoints import (
     CONFIG_FILE,
     TENSORS_FILE,
     CheckpointError,
+    flushed_to_zero,
     load_adapter_set,
     save_adapter_set,
     saved_parameters,
@@ -327,9 +328,15 @@ def test_a_full_disk_keeps_the_previous_set_and_leaves_no_temporary_file(saved, 
 # ---------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("dtype", [torch.int8, torch.int32, torch.bool, torch.complex64, "float16"])
-def test_only_floating_dtypes_are_saved(make_classifier, tmp_path, dtype):
-    with pytest.raises(CheckpointError, match=f"dtype must be a floating-point torch dtype.*got {dtype!r}"):
+@pytest.mark.parametrize("dtype, why", [
+    (torch.int8, "an integer, boolean or complex type"), (torch.int32, "an integer, boolean or complex type"),
+    (torch.bool, "an integer, boolean or complex type"), (torch.complex64, "an integer, boolean or complex type"),
+    ("float16", "a name, not a dtype: pass torch.float16"),
+    (torch.float8_e4m3fn, "a set in it could not be loaded and run on a CPU"),
+    (torch.float8_e5m2, "a set in it could not be loaded and run on a CPU"),
+])
+def test_only_dtypes_a_cpu_can_load_and_run_are_saved(make_classifier, tmp_path, dtype, why):
+    with pytest.raises(CheckpointError, match=f"dtype must be one of torch.float16, torch.bfloat16, .*got {dtype!r}: {why}"):
         save_adapter_set(trained(make_classifier()), tmp_path / "set", dtype=dtype)
     assert not (tmp_path / "set").exists()
 
@@ -537,7 +544,7 @@ def test_a_sealed_manifest_whose_extra_is_not_what_train_writes_is_named_by_file
 @pytest.mark.parametrize("value, dtype, words", [
     (float("nan"), None, "holds NaN or infinite values;"),
     (float("-inf"), None, "holds NaN or infinite values;"),
-    (1e6, torch.float16, "holds NaN or infinite values in torch.float16;"),  # float16 ends at 65504
+    (1e6, torch.float16, "holds 1e+06, beyond float16's range (±65504):"),  # said as what it is, not as NaN
 ])
 def test_weights_that_are_not_finite_are_refused_at_save_and_the_set_before_is_kept(make_classifier, tmp_path, value,
                                                                                    dtype, words):
@@ -569,3 +576,36 @@ def test_sizes_read_from_a_resealed_config_are_bounded_before_anything_is_built(
     rewrite_config(saved[1], change)
     with pytest.raises(CheckpointError, match=message):
         read_adapter_config(saved[1])
+
+
+def _with_values(model, *values):
+    """The model with the first saved values set to ``values`` (what a run that trained far would hold)."""
+    name = sorted(saved_parameters(model))[-1]
+    with torch.no_grad():
+        saved_parameters(model)[name].view(-1)[:len(values)] = torch.tensor(values)
+    return model
+
+
+def test_train_keeps_a_run_whose_weights_float16_cannot_hold_and_says_why(make_classifier, tmp_path, capsys):
+    from adapterlab.cli import _save_in_dtype
+
+    model = _with_values(trained(make_classifier()), 7.1e4)
+    _save_in_dtype(lambda dtype: save_adapter_set(model, tmp_path / "set", dtype=dtype), model, torch.float16)
+    said = capsys.readouterr().err
+    assert "holds 7.1e+04, beyond float16's range (±65504)" in said and "written in the model's dtype" in said
+    saved_tensors = safetensors.torch.load_file(str(tmp_path / "set" / TENSORS_FILE))
+    assert {t.dtype for t in saved_tensors.values()} == {torch.float32}
+    assert max(t.abs().max().item() for t in saved_tensors.values()) == pytest.approx(7.1e4)
+
+
+def test_values_float16_writes_as_zero_are_counted(make_classifier, tmp_path, capsys):
+    from adapterlab.cli import _save_in_dtype
+
+    model = _with_values(trained(make_classifier()), 1e-9, -2e-9, 1e-8)  # float16 holds nothing below 2.98e-08
+    lost, total = flushed_to_zero(model, torch.float16)
+    expected = sum(int(((p != 0) & (p.half() == 0)).sum()) for p in saved_parameters(model).values())
+    assert lost == expected >= 3 and total == sum(p.numel() for p in saved_parameters(model).values())
+    _save_in_dtype(lambda dtype: save_adapter_set(model, tmp_path / "set", dtype=dtype), model, torch.float16)
+    assert f"{lost:,} of {total:,} saved values are too small for float16 (below 5.96e-08)" in capsys.readouterr().err
+    _save_in_dtype(lambda dtype: save_adapter_set(model, tmp_path / "fp32", dtype=dtype), model, None)
+    assert capsys.readouterr().err == ""  # the model's own dtype loses nothing

@@ -210,12 +210,46 @@ def _tidy(directory: Path) -> None:
             os.unlink(path)
 
 
+#: The dtypes a set is written in: floating types that safetensors stores and every CPU kernel computes in (the
+#: float8 types have no matrix product on CPU, so a set loaded from them could not run).
+WRITABLE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+class OutOfRange(CheckpointError):
+    """A trained weight lies beyond what the dtype asked for can hold: nothing was written."""
+
+
 def _check_dtype(dtype) -> None:
-    if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
-        raise CheckpointError(
-            f"dtype must be a floating-point torch dtype such as torch.float16 or torch.bfloat16 (or None to keep "
-            f"the model's); got {dtype!r}: an integer type would round every weight to a whole number"
-        )
+    if dtype is not None and dtype not in WRITABLE_DTYPES:
+        names = ", ".join(f"torch.{str(d).removeprefix('torch.')}" for d in WRITABLE_DTYPES)
+        why = ("a name, not a dtype: pass torch.float16, say" if not isinstance(dtype, torch.dtype)
+               else "a set in it could not be loaded and run on a CPU" if dtype.is_floating_point
+               else "an integer, boolean or complex type would not hold the weights as trained")
+        raise CheckpointError(f"dtype must be one of {names} (or None to keep the model's); got {dtype!r}: {why}")
+
+
+def _beyond_range(model: nn.Module, dtype) -> tuple[str, float] | None:
+    """The first saved tensor with a value `dtype` cannot hold, and its largest magnitude (None when all fit)."""
+    if dtype is None:
+        return None
+    limit = torch.finfo(dtype).max
+    for name, parameter in saved_parameters(model).items():
+        largest = parameter.detach().abs().max().item() if parameter.numel() else 0.0
+        if largest > limit:
+            return name, largest
+    return None
+
+
+def flushed_to_zero(model: nn.Module, dtype) -> tuple[int, int]:
+    """(values of the saved tensors that are not 0 but become 0 in `dtype`, values in all): what writing the set in
+    a narrower type loses without a NaN to show it."""
+    lost = total = 0
+    for parameter in saved_parameters(model).values():
+        values = parameter.detach()
+        total += values.numel()
+        if dtype is not None:
+            lost += int(((values != 0) & (values.to(dtype) == 0)).sum())
+    return lost, total
 
 
 def save_adapter_set(model: nn.Module, directory, backbone=None, extra: dict | None = None, dtype=None) -> Path:
@@ -230,6 +264,11 @@ def save_adapter_set(model: nn.Module, directory, backbone=None, extra: dict | N
 
     _check_dtype(dtype)
     directory = Path(directory)
+    beyond = _beyond_range(model, dtype)
+    if beyond:
+        name, largest = beyond
+        raise OutOfRange(f"tensor {name} holds {largest:.3g}, beyond {str(dtype).removeprefix('torch.')}'s range "
+                         f"(±{torch.finfo(dtype).max:.6g}): nothing was saved to {directory}; keep the model's dtype")
     tensors = {
         name: p.detach().to(device="cpu", dtype=dtype or p.dtype).contiguous()
         for name, p in saved_parameters(model).items()
