@@ -276,3 +276,43 @@ def test_the_lab_s_verdict_is_the_paired_comparison_of_the_seeds(measured):
     assert (verdict.verdict, verdict.low, verdict.high) == (expected.verdict, expected.low, expected.high)
     assert verdict.paired and rows.splitlines()[1:] == ["  adapters as trained:   0.205 0.205 0.250",
                                                         "  linearised and folded: 0.201 0.237 0.214"]
+
+
+# ------------------------------------------------------------------------------ a folder not as made
+
+
+def _remade(error, task, seed, folder) -> bool:
+    return f"{trained_sets.train_command(task, seed, folder)} --overwrite" in str(error.value)
+
+
+def test_a_folder_holding_another_task_s_or_seed_s_set_is_refused_naming_both(tmp_path):
+    tiny_run(tmp_path / "sst2-seed0", "cola", 0)  # a CoLA set where SST-2's belongs
+    with pytest.raises(trained_sets.SetDamaged) as error:
+        trained_sets.open_set("sst2", 0, tmp_path)
+    assert "task 'cola', seed 0" in str(error.value) and _remade(error, "sst2", 0, tmp_path)
+    tiny_run(tmp_path / "sst2-seed1", "sst2", 1)
+    manifest = json.loads((tmp_path / "sst2-seed1" / "metrics.json").read_text())
+    manifest["config"]["seed"] = 0  # seed 0's metrics beside seed 1's adapters
+    (tmp_path / "sst2-seed1" / "metrics.json").write_text(json.dumps(manifest))
+    with pytest.raises(trained_sets.SetDamaged, match="metrics.json task 'sst2', seed 0"):
+        trained_sets.open_set("sst2", 1, tmp_path)
+
+
+@pytest.mark.parametrize("damage", ["metrics.json", "adapter_config.json", "adapters.safetensors"])
+def test_a_damaged_set_names_its_folder_and_the_command_that_makes_it_again(tmp_path, damage):
+    tiny_run(tmp_path / "cola-seed2", "cola", 2)
+    (tmp_path / "cola-seed2" / damage).write_text("{ not what train wrote")
+    with pytest.raises(trained_sets.SetDamaged) as error:
+        trained_sets.open_set("cola", 2, tmp_path)
+    assert str(tmp_path / "cola-seed2") in str(error.value) and _remade(error, "cola", 2, tmp_path)
+
+
+@pytest.mark.parametrize("record", ["{ cut short", '{"anatomy": 3}', "[]"])
+def test_a_damaged_measurement_record_is_measured_again(tmp_path, monkeypatch, record):
+    tiny_run(tmp_path / "cola-seed1", "cola", 1)
+    first = trained_sets.anatomy_of("cola", 1, tmp_path, data_dir=TOY_DIR)
+    stored = tmp_path / "anatomy" / "cola-seed1.json"
+    stored.write_text(record)
+    again = trained_sets.anatomy_of("cola", 1, tmp_path, data_dir=TOY_DIR)
+    assert_same(again, first)
+    assert json.loads(stored.read_text())["anatomy"], "the record is written again, whole"

@@ -85,14 +85,33 @@ def open_set(task: str, seed: int, folder=LAB11_DIR) -> TrainedSet:
     from ...training.backbones import load_backbone
 
     where = set_folder(task, seed, folder)
+    remake = f"make it again with `{train_command(task, seed, folder)} --overwrite` (run in the project's folder)"
     if not (where / "metrics.json").is_file():
         raise FileNotFoundError(f"lab 11's {task} set of seed {seed} is not in {where}; make it with "
                                 f"`{train_command(task, seed, folder)}` (run in the project's folder)")
-    run = json.loads((where / "metrics.json").read_text(encoding="utf-8"))
-    saved = adapter_set_config(where)["backbone"]
+    try:
+        run = json.loads((where / "metrics.json").read_text(encoding="utf-8"))
+        manifest = adapter_set_config(where)
+        holds = (manifest.get("extra", {}).get("task"), manifest.get("extra", {}).get("seed"),
+                 run.get("task"), (run.get("config") or {}).get("seed"))
+    except (OSError, ValueError, AttributeError) as error:
+        raise SetDamaged(f"lab 11's {task} set of seed {seed} in {where} cannot be read ({error}); {remake}") from None
+    if holds != (task, seed, task, seed):
+        raise SetDamaged(f"{where} should hold lab 11's {task} set of seed {seed}, but its adapter_config.json says "
+                         f"task {holds[0]!r}, seed {holds[1]!r} and its metrics.json task {holds[2]!r}, seed "
+                         f"{holds[3]!r}; {remake}")
+    saved = manifest["backbone"]
     model, tokenizer, info = load_backbone(saved["name"], num_labels=saved["num_labels"], seed=seed)
-    load_adapter_set(model, where)
+    try:
+        load_adapter_set(model, where)
+    except ValueError as error:
+        raise SetDamaged(f"lab 11's {task} set of seed {seed} in {where} cannot be loaded ({error}); {remake}") from None
     return TrainedSet(task, seed, model.eval(), tokenizer, info, run)
+
+
+class SetDamaged(ValueError):
+    """A lab 11 set whose folder cannot be read, or holds another task's or seed's set: the message names the
+    folder and the command that makes the set again."""
 
 
 #: Where lab 11's measurements of each set are kept (a run folder holds only what `train` wrote), and the
@@ -141,10 +160,13 @@ def anatomy_of(task: str, seed: int, folder=LAB11_DIR, *, data_dir=None) -> SetA
     made_from = {"adapters_sha256": _sha256((where / TENSORS_FILE).read_bytes()) if (where / TENSORS_FILE).is_file()
                  else None, "data_sha256": _data_fingerprint(task, seed, data_dir)}
     if stored.is_file() and made_from["adapters_sha256"]:
-        record = json.loads(stored.read_text(encoding="utf-8"))
-        if (all(record.get(name) == value for name, value in made_from.items())
-                and set(record.get("anatomy", {})) == {field.name for field in fields(SetAnatomy)}):
-            return from_record(record["anatomy"])
+        try:  # a record that is damaged or holds other types is measured again, like one of other adapters
+            record = json.loads(stored.read_text(encoding="utf-8"))
+            if (all(record.get(name) == value for name, value in made_from.items())
+                    and set(record.get("anatomy", {})) == {field.name for field in fields(SetAnatomy)}):
+                return from_record(record["anatomy"])
+        except (ValueError, TypeError, AttributeError, KeyError):
+            pass
     measured = measure_set(open_set(task, seed, folder), data_dir)
     stored.parent.mkdir(parents=True, exist_ok=True)
     stored.write_text(json.dumps({**made_from, "anatomy": as_record(measured)}, indent=1), encoding="utf-8")
