@@ -52,13 +52,17 @@ def _add_own_task_flags(parser: argparse.ArgumentParser) -> None:
     own = parser.add_argument_group(
         "your own task (instead of --task)",
         "The files are read in memory, as they are when the command starts: nothing is copied or cached from them. "
-        "A run records their fingerprint (both files and the columns), not their rows, so evaluate takes the same "
-        "four flags train was given.")
+        "A run records their fingerprint (both files, the columns and the metric), not their rows, so evaluate takes the same "
+        "flags train was given.")
     own.add_argument("--train-file", default=None, metavar="FILE", help="labelled rows to train on (.csv, .tsv, .json)")
     own.add_argument("--dev-file", default=None, metavar="FILE", help="labelled rows to evaluate on (same columns)")
     own.add_argument("--text-column", nargs="+", default=None, metavar="COL",
                      help="the column holding the sentence, or two columns for sentence pairs")
     own.add_argument("--label-column", default="label", metavar="COL", help="the column holding the class (default: label)")
+    own.add_argument("--metric", default="accuracy", choices=["accuracy", "f1", "mcc"],
+                     help="what scores the task and picks the evaluation a run keeps, as GLUE's tasks are scored: f1 "
+                          "of the second of two classes in sorted order (as of MRPC's label 1), mcc the Matthews "
+                          "correlation (default: accuracy)")
 
 
 def _task_of(args, trained_as: str | None = None) -> str | None:
@@ -68,6 +72,9 @@ def _task_of(args, trained_as: str | None = None) -> str | None:
 
     given = [args.train_file, args.dev_file, args.text_column]
     if not any(given):
+        if args.metric != "accuracy":
+            raise CommandError(f"--metric {args.metric} scores your own task (--train-file …); GLUE's tasks are scored "
+                               "as GLUE scores them", USAGE)
         return get_task(args.task).name if args.task else None
     if not all(given):
         raise CommandError("your own task needs --train-file, --dev-file and --text-column together", USAGE)
@@ -75,7 +82,7 @@ def _task_of(args, trained_as: str | None = None) -> str | None:
         raise CommandError(f"--task {args.task} and your own files (--train-file …) name two tasks: pass one of them",
                            USAGE)
     with usage_errors():
-        spec = own_task(args.train_file, args.dev_file, args.text_column, args.label_column, trained_as)
+        spec = own_task(args.train_file, args.dev_file, args.text_column, args.label_column, trained_as, args.metric)
     shared, dev_rows = dev_rows_in_train(spec)
     if shared:
         print(f"adapterlab {args.command}: note: {shared} of the dev file's {dev_rows} rows also "

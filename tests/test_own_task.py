@@ -223,3 +223,40 @@ def test_an_own_task_is_found_by_name_but_never_joins_glues_table(files):
     glue = dict(TASKS)
     spec = own_task(*files, ["text"], "sentiment")
     assert data.get_task(spec.name) is spec and TASKS == glue
+
+
+@pytest.mark.parametrize("metric, key", [("f1", "f1"), ("mcc", "matthews")])
+def test_an_own_task_scored_by_f1_or_mcc_reports_it_computed_by_hand_and_keys_the_run_by_it(files, tmp_path, capsys,
+                                                                                            metric, key):
+    from sklearn.metrics import f1_score, matthews_corrcoef
+
+    train, dev = files
+    own = ["--train-file", str(train), "--dev-file", str(dev), "--text-column", "text", "--label-column", "sentiment"]
+    assert main(["train", "--out", str(tmp_path / "run"), "--backbone", TINY, "--bottleneck", "4", "--batch-size", "8",
+                 "--no-progress", "--metric", metric, *own]) == OK
+    report = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert report["task"] != own_task(train, dev, ["text"], "sentiment").name, "another metric, another task key"
+    assert main(["evaluate", "--checkpoint", str(tmp_path / "run"), *own]) == USAGE  # scored otherwise: refused
+    assert "--metric" in capsys.readouterr().err
+    assert main(["evaluate", "--checkpoint", str(tmp_path / "run"), "--metric", metric, *own]) == OK
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert list(result["metrics"])[0] == key and report["metrics"][key] == result["metrics"][key]
+    model, tokenizer, _ = load_backbone(TINY, num_labels=2, seed=0)
+    load_adapter_set(model, tmp_path / "run")
+    batch = tokenizer([text for text, _ in ROWS[:9]], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        predicted = model.eval()(**batch).logits.argmax(-1).tolist()
+    truth = [["neg", "pos"].index(label) for _, label in ROWS[:9]]  # "pos", the second class, is F1's class
+    by_hand = f1_score(truth, predicted, zero_division=0) if metric == "f1" else matthews_corrcoef(truth, predicted)
+    assert result["metrics"][key] == pytest.approx(by_hand)
+
+
+def test_f1_on_more_than_two_classes_and_metric_beside_a_glue_task_are_refused(tmp_path, capsys):
+    three = [(text, label) for (text, _), label in zip(ROWS, ["a", "b", "c"] * 8)]
+    train, dev = _write_csv(tmp_path / "t.csv", three), _write_csv(tmp_path / "d.csv", three[:6])
+    with pytest.raises(DataError, match="holds 3 classes .*--metric accuracy or mcc"):
+        own_task(train, dev, ["text"], "sentiment", metric="f1")
+    assert own_task(train, dev, ["text"], "sentiment", metric="mcc").metric == "matthews"
+    assert main(["train", "--out", str(tmp_path / "run"), "--task", "sst2", "--metric", "f1", "--backbone", TINY]) == USAGE
+    assert "--metric f1 scores your own task" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()

@@ -266,15 +266,24 @@ _OWN_TASKS: dict[str, TaskSpec] = {}
 _OWN_ROWS: dict[str, dict[str, tuple[list, list[int]]]] = {}
 
 
-def own_task(train_file, dev_file, text_columns, label_column: str, trained_as: str | None = None) -> TaskSpec:
+#: What an own task may be scored by, as the command line names it: GLUE's three (F1 of label id 1, as MRPC's).
+OWN_METRICS = {"accuracy": "accuracy", "f1": "f1", "mcc": "matthews"}
+
+
+def own_task(train_file, dev_file, text_columns, label_column: str, trained_as: str | None = None,
+             metric: str = "accuracy") -> TaskSpec:
     """A task of the user's own labelled sentences (one text column) or sentence pairs (two): a CSV, TSV or
     JSON(-lines) train file and dev file, read in memory (:mod:`.own_files`: nothing is copied anywhere) and
     checked as GLUE's files are. The classes are the train file's label values (sorted); the task is scored by
-    accuracy. Its name carries a fingerprint of both files and the columns, ``own-<12 hex digits>``, so that runs
+    ``metric`` (:data:`OWN_METRICS`: accuracy, F1 of the second class of two, as GLUE scores MRPC, or the Matthews
+    correlation), which selects the evaluation a run keeps. Its name carries a fingerprint of both files, the
+    columns and a metric other than accuracy, ``own-<12 hex digits>``, so that runs
     of other files never share a key; the task and its rows are registered under it for the rest of the process
     (``get_task`` and :func:`load_split` find them). ``trained_as``: the name a saved set was trained under; other
     files are refused by their fingerprint before their rows are read (their labels may not even be the set's)."""
     text_columns = tuple(text_columns)
+    if metric not in OWN_METRICS:
+        raise DataError(f"the metric {metric!r} is none of {', '.join(OWN_METRICS)}")
     if len(text_columns) not in (1, 2):
         raise DataError(f"give one text column (sentences) or two (sentence pairs); got {len(text_columns)}")
     if label_column in text_columns:
@@ -284,26 +293,30 @@ def own_task(train_file, dev_file, text_columns, label_column: str, trained_as: 
     for path in paths:
         check_file(path)
     contents = [path.read_bytes() for path in paths]  # read once: the rows parsed are the bytes fingerprinted
-    digest = hashlib.sha256(repr((text_columns, label_column)).encode())
+    digest = hashlib.sha256(repr((text_columns, label_column) + ((metric,) if metric != "accuracy" else ())).encode())
     for data in contents:
         digest.update(data)
     name = OWN_PREFIX + digest.hexdigest()[:12]
     if trained_as is not None and name != trained_as:
         raise DataError(f"these are not the files the adapter set was trained on (their fingerprint is {name}, the "
                         f"training files' {trained_as}); a fingerprint covers both files and the columns, so pass the "
-                        "same --train-file, --dev-file, --text-column and --label-column as train")
+                        "same --train-file, --dev-file, --text-column, --label-column and --metric as train")
     (train_texts, train_values), (dev_texts, dev_values) = (
         read_rows(path, data, text_columns, label_column) for path, data in zip(paths, contents))
     values = sorted(set(train_values), key=lambda v: (not _is_int(v), int(v) if _is_int(v) else 0, v))
     if len(values) < 2:
         raise DataError(f"the label column {label_column!r} holds one value ({values}); a classifier needs two or "
                         "more classes", paths[0])
+    if metric == "f1" and len(values) != 2:
+        raise DataError(f"F1 scores the second class of a two-class task (as GLUE scores MRPC); the label column "
+                        f"{label_column!r} holds {len(values)} classes ({', '.join(values)}): pass --metric accuracy "
+                        "or mcc", paths[0])
     value_to_id = {value: i for i, value in enumerate(values)}
     outside = next((i for i, value in enumerate(dev_values) if value not in value_to_id), None)
     if outside is not None:  # checked now rather than after training
         raise DataError(f"row {outside + 1}: label {dev_values[outside]!r} is outside the task's classes "
                         f"({', '.join(values)}, the train file's labels)", paths[1])
-    spec = TaskSpec(name=name, glue_folder=name, num_labels=len(values), metric="accuracy",
+    spec = TaskSpec(name=name, glue_folder=name, num_labels=len(values), metric=OWN_METRICS[metric],
                     label_names=tuple(values), num_columns=0, text_columns=tuple(range(len(text_columns))),
                     label_column=-1, header=None, label_values=tuple(values), hub_fields=text_columns,
                     files=tuple(map(str, paths)), label_field=label_column)
