@@ -584,3 +584,15 @@ def test_a_list_item_on_a_full_slide_shows_its_whole_first_sentence_not_a_clause
     shown = " ".join(" ".join(slide["text"].split()) for slide in deck.slides if "Point" in slide["text"])
     assert all(f"TAIL-{i} says what it flatters." in shown for i in range(3)), shown
     assert "details 0" not in shown
+
+
+def test_a_paragraph_cut_for_room_ends_at_a_full_stop_not_at_a_semicolon(tmp_path):
+    """The words that fit end a whole sentence: lab 7's summary showed "all fifteen runs end at MCC 0;" and left
+    the other half of its sentence, the point, in the notes."""
+    lead = " ".join(["Words of a long first sentence that fills the slide,"] * 4) + " so it ends here."
+    second = "With the pooler frozen all runs end at MCC 0; HALF-TWO with it trained they end above 0."
+    deck = export(tmp_path, [cell("md", "## A summary\n\n" + lead + " " + second + " " + lead, "slide")])
+    [slide] = [slide for slide in deck.slides if "A summary" in slide["text"]]
+    shown = " ".join(slide["text"].split())
+    assert not shown.rstrip().endswith(";") and ("HALF-TWO" in shown) == ("MCC 0;" in shown), shown
+    assert "HALF-TWO" in " ".join(slide["notes"].split()) or "HALF-TWO" in shown

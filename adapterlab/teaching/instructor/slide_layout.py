@@ -420,9 +420,21 @@ def _sentences(paragraph: str) -> list[str]:
 _LIST_ITEM = re.compile(r"[*+-] |\d+\. ")
 
 
+def _whole_sentences(text: str) -> list[str]:
+    """`text` cut into sentences that each run to their full stop: a clause ending in ";" joins the one after it
+    (a slide that ended on "all fifteen runs end at MCC 0;" left its point in the notes)."""
+    whole = []
+    for piece in _sentences(text):
+        if whole and whole[-1].endswith(";"):
+            whole[-1] += " " + piece
+        else:
+            whole.append(piece)
+    return whole
+
+
 def _first_sentences(text: str, room: int) -> tuple[str, str]:
-    """(the leading sentences of `text` within `room` words, at least one; the rest)."""
-    sentences, kept, used = _sentences(text), [], 0
+    """(the leading whole sentences of `text` within `room` words, at least one; the rest)."""
+    sentences, kept, used = _whole_sentences(text), [], 0
     for sentence in sentences:
         if kept and used + prose_words(sentence) > room:
             break
