@@ -92,7 +92,7 @@ def test_a_table_showing_part_of_its_family_says_what_the_rest_is():
                    for gap in (0.0, 0.01, 0.02, 0.03)]
     decided = family(comparisons)
     part = VerdictTable(tuple(decided[:2]), family="every gap against base")
-    assert "Holm over 4 verdicts (every gap against base)" in part.footer(), "two rows shown, four decided"
+    assert "Holm over 4 verdicts (2 here and 2 more: every gap against base)" in part.footer(), "two shown, four decided"
     whole = VerdictTable(tuple(decided), family="every gap against base")
     assert "Holm over 4 verdicts;" in whole.footer(), "a table that shows its whole family needs no word on it"
 

@@ -130,8 +130,8 @@ CLAIMS = (
     ("LoRA r=8", "Houlsby r=64"),
     ("head only", "Houlsby r=64"),
     *((f"Houlsby r={r}", "Houlsby r=64") for r in (2, 8, 32, 256)),
-    ("top-1 layers", "top-2 layers"),
-    ("top-2 layers", "top-3 layers"),
+    ("top-2 layers", "top-1 layers"),  # the deeper first, as the shared recipe's statements read them
+    ("top-3 layers", "top-2 layers"),
 )
 
 
@@ -577,7 +577,7 @@ def tuned_claim_table(rows: list[dict], pairs=None, title: str = "tuned, standar
     """:func:`tuned_comparisons` as a table whose title says the verdicts hold at the standard budget (the
     budget check trains the headline pair longer); a pair not stored yet says so in its row."""
     verdicts = tuned_comparisons(rows, pairs)
-    family = "these rows, and every row of the tuned table against " + " or ".join(REFERENCES)
+    family = "every other row of the tuned table against " + " or ".join(REFERENCES)
     return VerdictTable(tuple(verdicts.values()), tuple(f"{a} vs {b}" for a, b in verdicts), title=title, family=family)
 
 

@@ -84,7 +84,8 @@ class VerdictTable:
         parts = ["difference: the first minus the second, in points (×100)",
                  f"level: the interval inside ±{self._margin():.1f}"]
         if size > 1:
-            held = f" ({self.family})" if self.family and size > len(decided) else ""
+            held = f" ({len(decided)} here and {size - len(decided)} more: {self.family})" \
+                if self.family and size > len(decided) else ""
             parts.append(f"decided together, Holm over {size} verdicts{held}; each interval is its comparison's own")
         if "undecided in the family" in words:
             parts.append("undecided in the family: decided alone, not after Holm's correction")

@@ -525,7 +525,7 @@ def overhead_figure(results: list, title: str) -> go.Figure:
 
 # ---------------------------------------------------------------- the trade-off figures (lab 10)
 
-NOTE_CHARS = 110  # a note under a figure's title is broken into lines this long
+NOTE_CHARS = 80  # a note under a figure's title is broken into lines this long (at the deck's font size, 110 ran off the slide)
 
 
 def tradeoff_figure(points: list[Point], title: str, baseline: tuple[str, float] | None = None,
