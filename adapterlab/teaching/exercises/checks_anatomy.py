@@ -17,7 +17,7 @@ from fractions import Fraction
 import numpy as np
 
 from .audit import ANYTHING
-from ..notebook.anatomy import effective_rank
+from ...model.spectrum import effective_rank
 from .checks import CheckFailed, PackageAnswer, call_answer, plain_errors, report_passed
 
 _PACKAGE_RANK = PackageAnswer((effective_rank,), (

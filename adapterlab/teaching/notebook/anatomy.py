@@ -29,6 +29,7 @@ from torch import nn
 
 from ...model.adapter import BottleneckAdapter
 from ...model.fold import SAMPLES_PER_UNKNOWN, best_linear_fit, fold_adapters
+from ...model.spectrum import effective_rank
 from ...model.placement import CONFIG_ATTRIBUTE, PlacementError, adapted_outputs, adapter_config, encoder_layers
 from .probes import relative_deviation
 
@@ -269,19 +270,6 @@ def weight_spectra(model: nn.Module) -> dict[tuple[int, str], np.ndarray]:
 def bottleneck_spectra(model: nn.Module, inputs: dict) -> dict[tuple[int, str], np.ndarray]:
     """:func:`bottleneck_spectrum` of every adapter on its own inputs: {(layer, position): values} (lab 11)."""
     return {key: bottleneck_spectrum(adapter, h) for key, adapter, h in _each_adapter(model, inputs)}
-
-
-def effective_rank(singular_values, energy: float = 0.9) -> int:
-    """The fewest singular values whose squares hold ``energy`` of the total (lab 11's "how much of r").
-
-    Energy is Σσ², as in a low-rank approximation's error; 0 when every value is 0.
-    """
-    if not 0 < energy <= 1:
-        raise ValueError(f"energy must be a share in (0, 1], e.g. 0.9; got {energy!r}")
-    cumulative = np.cumsum(np.sort(np.asarray(singular_values, dtype=np.float64) ** 2)[::-1])
-    if len(cumulative) == 0 or cumulative[-1] == 0:
-        return 0
-    return int(np.searchsorted(cumulative, energy * cumulative[-1]) + 1)
 
 
 def effective_ranks(model: nn.Module, spectra: dict, energy: float = 0.9) -> np.ndarray:
