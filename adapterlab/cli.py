@@ -275,7 +275,7 @@ def _save_in_dtype(save, model, dtype) -> None:
     try:
         save(dtype)
     except OutOfRange as error:
-        print(f"adapterlab train: warning: {str(error).partition(': nothing was saved')[0]}: the set is written in "
+        print(f"adapterlab train: warning: {error.reason}: the set is written in "
               "the model's dtype instead (twice the size)", file=sys.stderr)
         save(None)
         return

@@ -216,7 +216,12 @@ WRITABLE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 class OutOfRange(CheckpointError):
-    """A trained weight lies beyond what the dtype asked for can hold: nothing was written."""
+    """A trained weight lies beyond what the dtype asked for can hold: nothing was written. ``reason`` says which
+    tensor and how far, for a caller that writes the set another way."""
+
+    def __init__(self, reason: str, directory):
+        super().__init__(f"{reason}: nothing was saved to {directory}; keep the model's dtype")
+        self.reason = reason
 
 
 def _check_dtype(dtype) -> None:
@@ -268,7 +273,7 @@ def save_adapter_set(model: nn.Module, directory, backbone=None, extra: dict | N
     if beyond:
         name, largest = beyond
         raise OutOfRange(f"tensor {name} holds {largest:.3g}, beyond {str(dtype).removeprefix('torch.')}'s range "
-                         f"(±{torch.finfo(dtype).max:.6g}): nothing was saved to {directory}; keep the model's dtype")
+                         f"(±{torch.finfo(dtype).max:.6g})", directory)
     tensors = {
         name: p.detach().to(device="cpu", dtype=dtype or p.dtype).contiguous()
         for name, p in saved_parameters(model).items()
