@@ -59,6 +59,7 @@ _REFUSED = "adapterlab-refused: the package's own answer"
 
 
 def _refusal(*args, **kwargs):
+    # the text written out, not _REFUSED: this code runs as the swapped function's, with its module's globals
     raise RuntimeError("adapterlab-refused: the package's own answer")
 
 
