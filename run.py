@@ -59,8 +59,45 @@ PACKAGE_STEP = "adapterlab and its dependencies (transformers, JupyterLab, plotl
 
 
 def pip(python: Path, *args: str, log=None) -> None:
-    subprocess.run([str(python), "-m", "pip", "install", "--disable-pip-version-check", *args], check=True,
-                   stdout=log, stderr=subprocess.STDOUT if log else None)
+    """Install into ``python``'s environment with uv where it can be had (it installs the whole course in well
+    under a minute, where pip takes four), else with pip, with the same indexes, links and constraints."""
+    output = {"stdout": log, "stderr": subprocess.STDOUT if log else None}
+    uv = fast_installer(python, log)
+    if uv is not None:
+        command = [str(uv), "pip", "install", "--python", str(python), *uv_settings(python), *args]
+        if subprocess.run(command, **output).returncode == 0:
+            return
+        print(f"uv could not install {' '.join(args)}; trying again with pip.", file=log or sys.stdout, flush=True)
+    subprocess.run([str(python), "-m", "pip", "install", "--disable-pip-version-check", *args], check=True, **output)
+
+
+def fast_installer(python: Path, log=None) -> Path | None:
+    """uv, installed into the environment itself by its pip (a few seconds); None where it cannot be."""
+    uv = python.parent / ("uv.exe" if os.name == "nt" else "uv")
+    if not uv.exists():
+        subprocess.run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "--quiet", "uv>=0.4"],
+                       stdout=log, stderr=subprocess.STDOUT if log else subprocess.DEVNULL)
+    return uv if uv.exists() else None
+
+
+def uv_settings(python: Path) -> list[str]:
+    """pip's configuration (its files and PIP_* variables, as ``pip config list`` shows them) as uv's options:
+    uv reads neither, and a machine whose packages come from a local index or a wheel folder needs them. Every
+    index is searched for the best version, as pip does."""
+    listed = subprocess.run([str(python), "-m", "pip", "config", "list"], capture_output=True, text=True).stdout
+    options = ["--index-strategy", "unsafe-best-match"]
+    for line in listed.splitlines():
+        key, _, value = line.partition("=")
+        key, value = key.rpartition(".")[2], value.strip().strip("'\"")
+        flag = {"index-url": "--index-url", "extra-index-url": "--extra-index-url", "find-links": "--find-links",
+                "constraint": "--constraint"}.get(key)
+        if flag and value:
+            options += [part for item in value.split() for part in (flag, item)]
+        elif key == "no-index" and value.lower() in ("1", "true", "yes", "on"):
+            options.append("--no-index")
+        elif key == "cert" and value:
+            os.environ.setdefault("SSL_CERT_FILE", value)
+    return options
 
 
 def install_step(number: int, python: Path, what: str, *args: str, log=None, label: str = "") -> None:
