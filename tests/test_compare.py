@@ -223,3 +223,49 @@ def test_a_paired_comparison_needs_the_same_seeds_on_both_sides():
     with pytest.raises(ValueError, match="same seeds"):
         compare([0.8, 0.81, 0.82], 0.5, paired=True)
 
+
+
+def _welch_p_level(x, y, margin):
+    """The larger p of the two one-sided Welch tests against a gap of -margin and of +margin, from scipy.stats."""
+    below = stats.ttest_ind(x + margin, y, equal_var=False, alternative="greater").pvalue  # against a gap of -margin
+    above = stats.ttest_ind(x - margin, y, equal_var=False, alternative="less").pvalue  # against a gap of +margin
+    return max(below, above)
+
+
+def test_the_interval_and_p_values_are_scipy_s_welch_and_one_sample_tests():
+    """compare writes the t-test out for speed: on drawn sizes and spreads (one side's seeds all equal among them)
+    its interval, p and the p behind "level" equal scipy.stats' own Welch and one-sample tests."""
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        n_a, n_b = rng.integers(2, 9, size=2)
+        x = rng.normal(0.85, rng.choice([0.002, 0.01, 0.05]), n_a)
+        y = np.full(n_b, 0.5) if rng.random() < 0.15 else rng.normal(0.84, rng.choice([0.002, 0.01, 0.05]), n_b)
+        margin = float(rng.choice([0.01, 0.02]))
+        got = compare(list(x), list(y), margin, paired=False)
+        expected = stats.ttest_ind(x, y, equal_var=False)
+        interval = expected.confidence_interval(0.95)
+        assert got.low == pytest.approx(interval.low, rel=1e-9, abs=1e-12)
+        assert got.high == pytest.approx(interval.high, rel=1e-9, abs=1e-12)
+        assert got.p_value == pytest.approx(expected.pvalue, rel=1e-7, abs=1e-300)
+        assert got.p_level == pytest.approx(_welch_p_level(x, y, margin), rel=1e-7, abs=1e-300)
+        alone = compare(list(x), 0.8, margin)
+        one = stats.ttest_1samp(x, 0.8)
+        assert (alone.low, alone.high) == pytest.approx((one.confidence_interval(0.95).low - 0.8,
+                                                        one.confidence_interval(0.95).high - 0.8), rel=1e-9)
+        assert alone.p_value == pytest.approx(one.pvalue, rel=1e-7, abs=1e-300)
+
+
+def test_the_seeds_it_names_are_the_fewest_at_which_scipy_s_noncentral_t_gives_the_power():
+    rng = np.random.default_rng(6)
+    for _ in range(40):
+        x, y = rng.normal(0.85, 0.01, 5), rng.normal(0.85, rng.choice([0.005, 0.01, 0.02]), 5)
+        verdict = compare(list(x), list(y), 0.01, paired=False)
+        v = (x.var(ddof=1), y.var(ddof=1))
+
+        def power(n):
+            df = sum(v) ** 2 / sum(s ** 2 for s in v) * (n - 1)
+            critical, shift = stats.t.ppf(0.975, df), 0.01 / math.sqrt(sum(v) / n)
+            return stats.nct.sf(critical, df, shift) + stats.nct.cdf(-critical, df, shift)
+
+        n = verdict.seeds_for_power
+        assert n is not None and power(n) >= 0.8 and (n == 2 or power(n - 1) < 0.8), (n, power(n))

@@ -15,8 +15,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture
 def run_py(tmp_path, monkeypatch, capsys):
-    """run.py with its .venv in tmp_path (taken as existing) and pip replaced by a recorder that notes what was
-    printed before each call."""
+    """run.py with its .venv in tmp_path (taken as existing) and every command it runs replaced by a recorder that
+    notes what was printed before each call. ``run.pip_config`` is what ``pip config list`` prints; a file ``uv``
+    beside the environment's python stands for uv installed; a command holding ``run.refuse`` fails."""
     spec = importlib.util.spec_from_file_location("run_py_install", ROOT / "run.py")
     run = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(run)
@@ -25,22 +26,37 @@ def run_py(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(run, "venv_python", lambda: tmp_path / "python")
     (tmp_path / "python").write_text("")
     (tmp_path / ".venv").mkdir()
-    run.calls = []
+    run.calls, run.pip_config = [], ""
 
-    def record(command, check, **_output):
+    def record(command, check=False, **_output):
         run.calls.append((command, capsys.readouterr().out))
         if getattr(run, "refuse", None) and run.refuse in command:
-            raise subprocess.CalledProcessError(1, command)
+            if check:
+                raise subprocess.CalledProcessError(1, command)
+            return subprocess.CompletedProcess(command, 1, stdout="")
+        return subprocess.CompletedProcess(command, 0, stdout=run.pip_config if "config" in command else "")
 
     monkeypatch.setattr(run.subprocess, "run", record)
     return run
 
 
+def installs(run_py) -> list:
+    """(command, printed before it since the last one) of every install of a step: not the installs of uv, not
+    pip's config."""
+    steps, printed = [], ""
+    for command, said in run_py.calls:
+        printed += said
+        if "uv>=0.4" not in command and "config" not in command:
+            steps.append((command, printed))
+            printed = ""
+    return steps
+
+
 def test_each_install_step_says_what_and_how_long_before_pip_runs_and_pip_shows_its_progress(run_py, capsys):
     run_py.ensure_environment()
-    (torch, torch_said), (package, package_said) = run_py.calls
+    (torch, torch_said), (package, package_said) = installs(run_py)
     assert run_py.TORCH in torch and "-e" in package
-    assert not [command for command, _ in run_py.calls if "--quiet" in command or "-q" in command]
+    assert not [command for command, _ in installs(run_py) if "--quiet" in command or "-q" in command]
     assert re.search(r"\[1/2\] Installing PyTorch .*\d+-\d+ minutes", torch_said)
     assert re.search(r"\[2/2\] Installing adapterlab .*\d+-\d+ minutes", package_said)
     assert "[1/2] Done in" in package_said and "[2/2] Done in" in capsys.readouterr().out
@@ -49,9 +65,37 @@ def test_each_install_step_says_what_and_how_long_before_pip_runs_and_pip_shows_
 def test_a_platform_without_the_pinned_torch_gets_the_newest_with_the_same_announcement(run_py):
     run_py.refuse = run_py.TORCH
     run_py.ensure_environment()
-    commands = [command for command, _ in run_py.calls]
+    commands = [command for command, _ in installs(run_py)]
     assert run_py.TORCH in commands[0] and "torch>=2.2" in commands[1]
-    assert "not available for this platform" in run_py.calls[1][1] and "[1/2] Installing PyTorch (torch>=2.2)" in run_py.calls[1][1]
+    assert "not available for this platform" in installs(run_py)[1][1]
+    assert "[1/2] Installing PyTorch (torch>=2.2)" in installs(run_py)[1][1]
+
+
+def test_uv_installs_where_it_is_had_with_pip_s_indexes_links_and_constraints(run_py, tmp_path):
+    (tmp_path / "uv").write_text("")
+    run_py.pip_config = ("global.extra-index-url='file:///one/simple file:///two/simple'\n"
+                         ":env:.find-links='/wheels'\nglobal.constraint='/etc/constraints.txt'\nglobal.no-index='false'\n")
+    run_py.ensure_environment()
+    (torch, _), (package, _) = installs(run_py)
+    for command in (torch, package):
+        assert command[:4] == [str(tmp_path / "uv"), "pip", "install", "--python"]
+        pairs = list(zip(command, command[1:]))
+        for pair in [("--extra-index-url", "file:///one/simple"), ("--extra-index-url", "file:///two/simple"),
+                     ("--find-links", "/wheels"), ("--constraint", "/etc/constraints.txt"),
+                     ("--index-strategy", "unsafe-best-match")]:
+            assert pair in pairs, (pair, command)
+        assert "--no-index" not in command
+    assert run_py.TORCH in torch and "-e" in package
+
+
+def test_an_install_uv_cannot_do_is_done_again_by_pip(run_py, tmp_path, capsys):
+    (tmp_path / "uv").write_text("")
+    run_py.refuse = str(tmp_path / "uv")
+    run_py.ensure_environment()
+    commands = [command for command, _ in installs(run_py)]
+    assert [command[0] for command in commands] == [str(tmp_path / "uv"), str(tmp_path / "python")] * 2
+    assert run_py.TORCH in commands[1] and "-e" in commands[3] and "pip" == commands[1][2]
+    assert "trying again with pip" in installs(run_py)[1][1]
 
 
 @pytest.mark.parametrize("extra, selected", [([], ["-m", "not full"]), (["--full"], [])])

@@ -876,7 +876,28 @@ def unwritten_answers(source: str) -> list[str]:
     return [name[1] for name in names if name]
 
 
+#: Labs whose cells before the first exercise train or time models (65-110 s each in the CI profile on 2 cores):
+#: their Run All runs with --full. The test below shows, for every lab, that those cells are the instructor's own,
+#: which nbval runs in the same profile, so that a cell of them that raised would fail the run anyway.
+TRAINS_BEFORE_ITS_FIRST_EXERCISE = {"08_which_layers_matter", "09_serving_many_tasks", "10_adapters_among_peft",
+                                    "11_what_the_adapter_learned"}
+
+
 @pytest.mark.parametrize("lab", labs_with_exercises(), ids=lambda lab: lab.stem)
+def test_the_copy_runs_the_instructor_s_own_cells_up_to_its_first_exercise(lab, student_copies):
+    """Cell for cell, the student copy's code before its first exercise is the instructor's: what nbval runs of
+    the instructor's lab is what Run All runs of the copy up to there."""
+    instructor = without_notes(nbformat.read(lab, as_version=4))
+    copy_ = student_copies[lab.name]
+    first = next(index for index, cell in enumerate(copy_.cells) if "raise AnswerMissing(" in cell.source)
+    assert has_solution(instructor.cells[first]), f"cell {first} of the copy is not the instructor's exercise cell"
+    changed = [index for index in range(first) if copy_.cells[index].cell_type == "code"
+               and copy_.cells[index].source != instructor.cells[index].source]
+    assert not changed, f"cells {changed} before the first exercise differ from the instructor's"
+
+
+@pytest.mark.parametrize("lab", [pytest.param(lab, marks=pytest.mark.full) if lab.stem in TRAINS_BEFORE_ITS_FIRST_EXERCISE
+                                 else lab for lab in labs_with_exercises()], ids=lambda lab: lab.stem)
 def test_run_all_stops_only_at_an_exercise_and_says_how_to_go_on(lab, tmp_path_factory, monkeypatch):
     """Run All on a fresh student copy (CI profile): the first cell that fails is the first exercise, and it says
     in one line which answer is missing, that the cells below did not run, and how to go on from there. (Read
