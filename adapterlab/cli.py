@@ -227,6 +227,11 @@ def build_parser() -> argparse.ArgumentParser:
     student = commands.add_parser("student", help="write student copies of the labs, solutions stubbed out")
     student.add_argument("labs", nargs="*", metavar="LAB", help="lab number, name or notebook path (default: every lab)")
     student.add_argument("--out", default="build/student", help="folder for the copies (default: build/student)")
+    course = commands.add_parser("course", help="write an nbgrader course folder from the labs (to release, collect "
+                                 "and autograde them; needs pip install adapterlab[course])")
+    course.add_argument("out", metavar="DIR", help="the course folder to write (nbgrader_config.py and source/)")
+    course.add_argument("labs", nargs="*", metavar="LAB", help="lab number, name or notebook path (default: every lab "
+                        "with an exercise)")
     _add_interop_commands(commands)
     return parser
 
@@ -800,6 +805,12 @@ def student_command(args) -> int:
     return student(args)
 
 
+def course_command(args) -> int:
+    from .teaching.instructor.course import course_command as course
+
+    return course(args)
+
+
 # --------------------------------------------------------------------------------------------------
 # export, import
 # --------------------------------------------------------------------------------------------------
@@ -871,7 +882,7 @@ def import_command(args) -> int:
 
 COMMANDS = {"doctor": doctor_command, "count": count_command, "train": train_command,
             "evaluate": evaluate_command, "sweep": sweep_command, "tune": tune_command, "ablate": ablate_command, "slides": slides_command,
-            "student": student_command, "export": export_command, "import": import_command}
+            "student": student_command, "course": course_command, "export": export_command, "import": import_command}
 
 
 def _report(command: str, message) -> None:

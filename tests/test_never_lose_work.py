@@ -675,7 +675,7 @@ from pathlib import Path
 spec = importlib.util.spec_from_file_location("run_py", sys.argv[1])
 run = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(run)
-run.ensure_environment = lambda: None  # the environment is this one
+run.ensure_environment = lambda *extras: None  # the environment is this one
 run.venv_python = lambda: Path(sys.executable)
 run.STUDENT_DIR = Path(sys.argv[2])
 sys.exit(run.main(sys.argv[3:]))

@@ -33,21 +33,27 @@ def conda_requirements():
     return found
 
 
+def extras() -> list[str]:
+    """The test and course extras: the environment holds both (students never open the course's tools)."""
+    optional = pyproject()["project"]["optional-dependencies"]
+    return optional["test"] + optional["course"]
+
+
 def test_every_runtime_dependency_is_in_environment_yml_with_the_same_lower_bound():
     conda = conda_requirements()
-    for line in pyproject()["project"]["dependencies"] + pyproject()["project"]["optional-dependencies"]["test"]:
+    for line in pyproject()["project"]["dependencies"] + extras():
         req = Requirement(line)
         name = CONDA_NAMES.get(req.name.lower(), req.name.lower())
         assert name in conda, f"{req.name} is in pyproject.toml but not in environment.yml"
         assert conda[name][1] == str(req.specifier), f"{req.name}: pyproject {req.specifier} vs environment.yml {conda[name][1]}"
 
 
-def test_environment_yml_installs_the_project_with_its_test_extras_and_nothing_unlisted():
+def test_environment_yml_installs_the_project_with_its_test_and_course_extras_and_nothing_unlisted():
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     pip_section = next(entry["pip"] for entry in env["dependencies"] if isinstance(entry, dict))
-    assert "-e .[test]" in pip_section
+    assert "-e .[test,course]" in pip_section
     declared = {CONDA_NAMES.get(Requirement(x).name.lower(), Requirement(x).name.lower())
-                for x in pyproject()["project"]["dependencies"] + pyproject()["project"]["optional-dependencies"]["test"]}
+                for x in pyproject()["project"]["dependencies"] + extras()}
     assert set(conda_requirements()) - {"python", "pip"} == declared
 
 

@@ -104,7 +104,7 @@ def test_the_tests_run_in_one_session_on_both_cores_and_full_adds_the_exhaustive
     """`run.py test` runs tests/ and labs/ in one pytest session, each file on one of two workers, leaving out the
     tests marked full; `--full` keeps them. The marker must be one pytest knows (pyproject.toml)."""
     calls, envs = [], []
-    monkeypatch.setattr(run_py, "ensure_environment", lambda: None)
+    monkeypatch.setattr(run_py, "ensure_environment", lambda *extras: None)
     monkeypatch.setattr(run_py, "ensure_library_environment", lambda: None)
     monkeypatch.setattr(run_py.os, "cpu_count", lambda: 2)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)

@@ -602,7 +602,7 @@ def test_run_py_uses_only_the_standard_library():
 def run_py(tmp_path, monkeypatch):
     """run.py with the environment taken as ready and JupyterLab replaced by a recorder; the package runs for real."""
     run = load_run_py()
-    monkeypatch.setattr(run, "ensure_environment", lambda: None)
+    monkeypatch.setattr(run, "ensure_environment", lambda *extras: None)
     monkeypatch.setattr(run, "venv_python", lambda: Path(sys.executable))
     monkeypatch.setattr(run, "STUDENT_DIR", tmp_path / "build" / "student")
     real_call, run.opened = subprocess.call, []

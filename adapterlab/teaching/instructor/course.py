@@ -1,0 +1,175 @@
+"""An nbgrader course made from the labs, so that an instructor can release, collect and autograde them.
+
+nbgrader (https://nbgrader.readthedocs.io) reads a course folder: ``nbgrader_config.py`` and one source
+notebook per assignment in ``source/<assignment>/``. Its cell metadata says what each cell is, and this module
+writes it from what the labs already mark:
+
+* an exercise cell (a ``### BEGIN SOLUTION`` region, nbgrader's own marker) is a *solution* cell, which the
+  student edits. Its hints move above the region, so that they survive nbgrader's clearing, and nbgrader
+  replaces the region with the course's stub (:data:`CODE_STUB`), which raises the student copies'
+  ``AnswerMissing``: Jupyter shows it as one line, not a traceback. As in the student copies, the cell imports
+  it first and calls ``stop_unless_written`` after the definitions, so that Run All stops at the exercise;
+* a self-check cell (one that calls a ``check_*`` function) is a locked *autograded test* cell worth
+  :data:`POINTS`: it passes on a right answer and raises ``CheckFailed``, naming the mistake, on a wrong one.
+  The checks compare with the package's own reference, never with the notebook's solution, so grading needs
+  no solution at run time;
+* a prediction cell (tagged ``prediction``) is the student's to edit and is not graded;
+* every other cell is locked: nbgrader restores its source from the gradebook before grading, so an edit
+  of the course's own code cannot change a grade.
+
+The source is the instructor's lab less its speaker notes, with every output that would give an answer away
+cleared as in the student copies (:func:`~.student.student_notebook`); the rest of the outputs stay, so the
+release shows students the lab their instructor ran (the course's configuration turns nbgrader's own
+clearing of all outputs off). Grading runs each lab top to bottom in the ``ci`` profile (the offline stand-in
+on a few hundred rows of the real data, minutes a lab): the checks test the code a student wrote, not how
+far a model trained, and the training cells the profile shortens are the ones grading does not need.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import sys
+from pathlib import Path
+
+import nbformat
+
+from .labfiles import LabNotFoundError, find_labs
+from .student import (BEGIN, END, STUB_IMPORT, _hints, _python, _tags, calls_check, is_exercise, is_notes,
+                      student_notebook)
+
+#: Points of one self-check: each check tests one exercise's idea, so each is worth the same. An instructor
+#: changes them in the source notebook's cell metadata (nbgrader's "Create Assignment" toolbar), then
+#: generates the release again.
+POINTS = 1
+#: What nbgrader writes in place of each solution region (indented as the region was).
+CODE_STUB = 'raise AnswerMissing("Exercise: write your answer here.")'
+#: The profile grading runs the labs in (see the module docstring).
+GRADING_PROFILE = "ci"
+SCHEMA_VERSION = 3
+
+CONFIG = f'''"""nbgrader's configuration for the adapterlab course (written by `python -m adapterlab course`)."""
+
+import os
+
+c = get_config()  # noqa: F821 (nbgrader defines it)
+c.CourseDirectory.course_id = "adapterlab"
+c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
+# Collected and released files go through this folder (nbgrader's exchange); on a shared server, point it at
+# a folder every student can write to.
+c.Exchange.root = os.path.join(c.CourseDirectory.root, "exchange")
+# The stub a student sees in place of each solution: the course's one-line message, not a traceback.
+c.ClearSolutions.code_stub = {{"python": {CODE_STUB!r}}}
+# The source keeps the outputs that give nothing away (figures, printed results); the release shows them.
+c.ClearOutput.enabled = False
+# Grading runs each lab top to bottom in the {GRADING_PROFILE} profile, offline: minutes a lab.
+os.environ.setdefault("ADAPTERLAB_PROFILE", "{GRADING_PROFILE}")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+c.Execute.timeout = 1800
+'''
+
+
+class CourseError(Exception):
+    """A course folder that cannot be written: the message says why and what to do."""
+
+
+def assignment_name(lab: Path) -> str:
+    """The assignment's name in nbgrader: the lab's file name without .ipynb (``03_collapse_to_lora``)."""
+    return lab.stem
+
+
+def course_cell_source(source: str) -> str:
+    """An exercise cell as the course's source holds it: each region's hints above its BEGIN marker (nbgrader
+    clears the region), AnswerMissing imported first and ``stop_unless_written`` after the last definition
+    that holds a solution, as in the student copies."""
+    lines, kept, region = source.split("\n"), [], None
+    for line in lines:
+        marker = line.strip()
+        if marker == BEGIN:
+            region = (line, [])
+        elif marker == END and region is not None:
+            begin, inside = region
+            indent = begin[: len(begin) - len(begin.lstrip())]
+            shown, _ = _hints(inside)
+            kept += [f"{indent}{hint.strip()}" for hint in shown]
+            kept += [begin, *[line for line in inside if line not in shown], line]
+            region = None
+        elif region is not None:
+            region[1].append(line)
+        else:
+            kept.append(line)
+    tree = _python("\n".join(kept))
+    kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    answers = [node for node in (tree.body if tree else []) if isinstance(node, kinds)
+               and any(kept[number - 1].strip() == BEGIN for number in range(node.lineno, node.end_lineno + 1))]
+    if answers:
+        kept[answers[-1].end_lineno:answers[-1].end_lineno] = ["", "", f"stop_unless_written({', '.join(n.name for n in answers)})"]
+    return f"{STUB_IMPORT}\n\n" + "\n".join(kept)
+
+
+def _grader(cell_id: str, *, solution: bool = False, grade: bool = False, locked: bool = False, points=None) -> dict:
+    metadata = {"grade": grade, "grade_id": cell_id, "locked": locked, "schema_version": SCHEMA_VERSION,
+                "solution": solution}
+    if grade:
+        metadata["points"] = points
+    return metadata
+
+
+def course_notebook(nb, name: str):
+    """The nbgrader source notebook of a lab (a new notebook; ``nb`` is left as it was)."""
+    instructor = copy.deepcopy(nb)
+    instructor.cells = [cell for cell in instructor.cells if not is_notes(cell)]
+    shown = student_notebook(copy.deepcopy(instructor), name)  # its outputs: what a student may see
+    exercises = checks = 0
+    for index, (cell, student) in enumerate(zip(instructor.cells, shown.cells)):
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = student.outputs, student.execution_count
+        if is_exercise(cell):
+            exercises += 1
+            cell.source = course_cell_source(cell.source)
+            cell.metadata["nbgrader"] = _grader(f"exercise-{exercises}", solution=True)
+        elif cell.cell_type == "code" and calls_check(cell.source):
+            checks += 1
+            cell.metadata["nbgrader"] = _grader(f"check-{checks}", grade=True, locked=True, points=POINTS)
+        elif "prediction" in _tags(cell):
+            cell.source = student.source  # the question's answer left empty, as the student copy has it
+        else:
+            cell.metadata["nbgrader"] = _grader(f"cell-{index}", locked=True)
+    return instructor
+
+
+def write_course(out: Path | str, labs: list[str] | None = None) -> list[Path]:
+    """Write the course folder ``out``: its nbgrader_config.py and ``source/<lab>/<lab>.ipynb`` for each lab
+    with an exercise (every lab by default). Returns the source notebooks written."""
+    out = Path(out)
+    chosen = [lab for lab in find_labs(labs) if any(is_exercise(cell) for cell in nbformat.read(lab, as_version=4).cells)]
+    if not chosen:
+        raise CourseError(f"none of {', '.join(labs or [])} has an exercise to grade; name labs 1-11")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "nbgrader_config.py").write_text(CONFIG, encoding="utf-8")
+        written = []
+        for lab in chosen:
+            folder = out / "source" / assignment_name(lab)
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / lab.name
+            nbformat.write(course_notebook(nbformat.read(lab, as_version=4), lab.name), path)
+            written.append(path)
+    except OSError as error:
+        raise CourseError(f"cannot write the course into {out} ({error.strerror or error}); pass --out a folder "
+                          "you can write to") from None
+    return written
+
+
+def course_command(args) -> int:
+    """`adapterlab course DIR [LAB ...]`: exit 0 when written, 2 when a lab is unknown or the folder unwritable."""
+    try:
+        written = write_course(args.out, args.labs or None)
+    except (LabNotFoundError, CourseError) as error:
+        print(f"adapterlab course: {error}", file=sys.stderr)
+        return 2
+    for path in written:
+        print(path)
+    print(f"{len(written)} assignments in {Path(args.out) / 'source'}; next, in {args.out}: "
+          f"nbgrader generate_assignment {assignment_name(written[0].parent)}")
+    return 0
