@@ -1109,7 +1109,7 @@ def _count_parts(d, n_layers, r, placement, train_layernorm, num_labels) -> str:
 
 _PACKAGE_COUNT = PackageAnswer((bert_counts,), (
     "Your answer calls the package's bert_counts: that is the count this exercise asks you to make. Count each "
-    "trained part from the printout yourself."))
+    "trained part yourself, from the model's printout (print(model))."))
 
 
 @plain_errors
