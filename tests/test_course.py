@@ -91,6 +91,10 @@ def test_the_release_shows_the_course_s_stub_and_keeps_the_hints_and_the_lab_s_o
     shown = [i for i, cell in enumerate(source.cells) if cell.cell_type == "code" and cell.outputs]
     assert shown and all(release.cells[i].outputs == source.cells[i].outputs for i in shown)
     assert all(not release.cells[i].outputs for i in exercise_cells(release) + check_cells(release))
+    editable = [i for i, cell in enumerate(release.cells) if not cell.metadata.get("nbgrader", {}).get("locked")]
+    assert editable == sorted(exercise_cells(release) + [i for i, cell in enumerate(release.cells)
+                                                         if cell.cell_type == "code" and "prediction" in cell.metadata.get("tags", [])])
+    assert "answer_phrases" not in str([cell.metadata for cell in source.cells])  # the question's answer stays hidden
 
 
 def test_the_lab_s_own_solutions_get_every_point_and_a_wrong_or_missing_answer_none(graded):
@@ -123,6 +127,10 @@ def test_the_feedback_shows_each_failure_as_the_course_s_one_line_message(graded
     assert "missing" not in wrong.traceback[0] and "The answer is missing" in missing.traceback[0]
     for line in (wrong.traceback[0], missing.traceback[0]):
         assert line in page, line
+    [unwritten] = [output for output in autograded.cells[exercise_cells(autograded)[1]].outputs
+                   if output.output_type == "error"]
+    assert unwritten.traceback[0].startswith("The answer is missing") and "Graded as missing" in unwritten.traceback[0]
+    assert "did not run" not in unwritten.traceback[0]  # autograde runs every cell
 
 
 def test_an_exercise_cell_keeps_its_hints_above_the_region_nbgrader_clears():

@@ -13,12 +13,13 @@ writes it from what the labs already mark:
   :data:`POINTS`: it passes on a right answer and raises ``CheckFailed``, naming the mistake, on a wrong one.
   The checks compare with the package's own reference, never with the notebook's solution, so grading needs
   no solution at run time;
-* a prediction cell (tagged ``prediction``) is the student's to edit and is not graded;
+* a prediction cell (a code cell tagged ``prediction``) is the student's to edit and is not graded (its
+  question is locked);
 * every other cell is locked: nbgrader restores its source from the gradebook before grading, so an edit
   of the course's own code cannot change a grade.
 
-The source is the instructor's lab less its speaker notes, with every output that would give an answer away
-cleared as in the student copies (:func:`~.student.student_notebook`); the rest of the outputs stay, so the
+The source is the student copy (:func:`~.student.student_notebook`: no speaker notes, no output or metadata that
+gives an answer away) with the instructor's solutions inside nbgrader's markers; the rest of the outputs stay, so the
 release shows students the lab their instructor ran (the course's configuration turns nbgrader's own
 clearing of all outputs off). Grading runs each lab top to bottom in the ``ci`` profile (the offline stand-in
 on a few hundred rows of the real data, minutes a lab): the checks test the code a student wrote, not how
@@ -62,9 +63,12 @@ c.Exchange.root = os.path.join(c.CourseDirectory.root, "exchange")
 c.ClearSolutions.code_stub = {{"python": {CODE_STUB!r}}}
 # The source keeps the outputs that give nothing away (figures, printed results); the release shows them.
 c.ClearOutput.enabled = False
-# Grading runs each lab top to bottom in the {GRADING_PROFILE} profile, offline: minutes a lab.
+# Grading runs each lab top to bottom in the {GRADING_PROFILE} profile, offline: minutes a lab (a profile set in
+# the shell, ADAPTERLAB_PROFILE, wins). ADAPTERLAB_GRADING makes an unwritten exercise's message fit a graded
+# run, in which every cell below it ran.
 os.environ.setdefault("ADAPTERLAB_PROFILE", "{GRADING_PROFILE}")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ["ADAPTERLAB_GRADING"] = "1"
 c.Execute.timeout = 1800
 '''
 
@@ -116,26 +120,24 @@ def _grader(cell_id: str, *, solution: bool = False, grade: bool = False, locked
 
 
 def course_notebook(nb, name: str):
-    """The nbgrader source notebook of a lab (a new notebook; ``nb`` is left as it was)."""
+    """The nbgrader source notebook of a lab (a new notebook; ``nb`` is left as it was): the student copy's
+    cells (give-away outputs cleared, predictions' answers and answer phrases gone), except that each exercise
+    holds the instructor's solution inside nbgrader's markers."""
     instructor = copy.deepcopy(nb)
     instructor.cells = [cell for cell in instructor.cells if not is_notes(cell)]
-    shown = student_notebook(copy.deepcopy(instructor), name)  # its outputs: what a student may see
+    course = student_notebook(copy.deepcopy(instructor), name)
     exercises = checks = 0
-    for index, (cell, student) in enumerate(zip(instructor.cells, shown.cells)):
-        if cell.cell_type == "code":
-            cell.outputs, cell.execution_count = student.outputs, student.execution_count
-        if is_exercise(cell):
+    for index, (cell, solved) in enumerate(zip(course.cells, instructor.cells)):
+        if is_exercise(solved):
             exercises += 1
-            cell.source = course_cell_source(cell.source)
+            cell.source = course_cell_source(solved.source)
             cell.metadata["nbgrader"] = _grader(f"exercise-{exercises}", solution=True)
         elif cell.cell_type == "code" and calls_check(cell.source):
             checks += 1
             cell.metadata["nbgrader"] = _grader(f"check-{checks}", grade=True, locked=True, points=POINTS)
-        elif "prediction" in _tags(cell):
-            cell.source = student.source  # the question's answer left empty, as the student copy has it
-        else:
+        elif not (cell.cell_type == "code" and "prediction" in _tags(cell)):  # a prediction is the student's
             cell.metadata["nbgrader"] = _grader(f"cell-{index}", locked=True)
-    return instructor
+    return course
 
 
 def write_course(out: Path | str, labs: list[str] | None = None) -> list[Path]:

@@ -82,6 +82,10 @@ STUB_IMPORT = (
 )
 #: How to go on once an exercise is written: Run All stopped there, so nothing below it ran.
 GO_ON = "The cells below it did not run: once it is written, use Run → Run Selected Cell and All Below."
+#: Set by the nbgrader course's configuration (:mod:`.course`) while it grades: every cell then runs, so the
+#: message says what grading did instead of how to go on.
+GRADING_ENV = "ADAPTERLAB_GRADING"
+GRADED = "Graded as missing: the checks that use it score no points."
 #: A prediction question's metadata, ``{"adapterlab": {"answer_phrases": [...]}}``: the phrases that state its
 #: answer, which no cell before the question may contain (tests/test_predictions.py).
 ANSWER_PHRASES = ("adapterlab", "answer_phrases")
@@ -100,9 +104,10 @@ class AnswerMissing(NotImplementedError):
     def _render_traceback_(self) -> list[str]:  # IPython's hook for an exception's own short display
         what = f"{self.exercise} is not written yet" if self.exercise else "this cell's exercise is not written yet"
         hint = str(self).removeprefix("Exercise: write your answer here. ").strip()
+        go_on = GRADED if os.environ.get(GRADING_ENV) else GO_ON
         return [
             f"The answer is missing: {what}; write it in this cell in place of each `raise AnswerMissing(...)` "
-            f"line. {hint + ' ' if hint else ''}{GO_ON}"
+            f"line. {hint + ' ' if hint else ''}{go_on}"
         ]
 
 
