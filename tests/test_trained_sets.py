@@ -316,3 +316,31 @@ def test_a_damaged_measurement_record_is_measured_again(tmp_path, monkeypatch, r
     again = trained_sets.anatomy_of("cola", 1, tmp_path, data_dir=TOY_DIR)
     assert_same(again, first)
     assert json.loads(stored.read_text())["anatomy"], "the record is written again, whole"
+
+
+@pytest.mark.parametrize("edit", ["a number changed", "a NaN pasted in", "the seal left out"])
+def test_an_edited_measurement_record_is_measured_again(tmp_path, monkeypatch, edit):
+    tiny_run(tmp_path / "cola-seed1", "cola", 1)
+    first = trained_sets.anatomy_of("cola", 1, tmp_path, data_dir=TOY_DIR)
+    stored = tmp_path / "anatomy" / "cola-seed1.json"
+    record = json.loads(stored.read_text())
+    if edit == "the seal left out":
+        del record["anatomy_sha256"]
+    else:  # well-formed JSON, made from these adapters and rows, every measurement present
+        record["anatomy"]["dev_trained"] = 0.99 if edit == "a number changed" else float("nan")
+    stored.write_text(json.dumps(record))
+    calls = []
+    monkeypatch.setattr(trained_sets, "measure_set", lambda *args, **kwargs: calls.append(args) or first)
+    assert_same(trained_sets.anatomy_of("cola", 1, tmp_path, data_dir=TOY_DIR), first)
+    assert len(calls) == 1, "an edited record is measured again, not shown as measured"
+    assert json.loads(stored.read_text())["anatomy"]["dev_trained"] == first.dev_trained
+
+
+def test_the_stored_records_of_lab_11_carry_the_seal_of_their_values():
+    """The lab reads its six records instead of measuring for minutes only while each matches its seal."""
+    records = sorted((trained_sets.LAB11_DIR / trained_sets.ANATOMY_DIR).glob("*.json"))
+    assert len(records) == 6
+    for path in records:
+        record = json.loads(path.read_text())
+        canonical = json.dumps(record["anatomy"], sort_keys=True).encode()
+        assert record["anatomy_sha256"] == hashlib.sha256(canonical).hexdigest(), path.name

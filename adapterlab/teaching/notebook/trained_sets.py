@@ -153,21 +153,30 @@ def anatomy_of(task: str, seed: int, folder=LAB11_DIR, *, data_dir=None) -> SetA
     """Lab 11's measurements of one set: read from ``<folder>/anatomy/<task>-seed<seed>.json`` when they were made
     from these very adapters on these very rows, else measured (:func:`measure_set`) and written there, so the
     lab reads six sets in seconds and re-measures one live to show the stored numbers are this code's. A record
-    without every measurement :class:`.set_anatomy.SetAnatomy` holds now (written before one was added) is measured
-    again."""
+    without every measurement :class:`.set_anatomy.SetAnatomy` holds now (written before one was added), or whose
+    values no longer match the seal written with them (:func:`_seal`), is measured again."""
     where = set_folder(task, seed, folder)
     stored = Path(folder) / ANATOMY_DIR / f"{where.name}.json"
     made_from = {"adapters_sha256": _sha256((where / TENSORS_FILE).read_bytes()) if (where / TENSORS_FILE).is_file()
                  else None, "data_sha256": _data_fingerprint(task, seed, data_dir)}
     if stored.is_file() and made_from["adapters_sha256"]:
-        try:  # a record that is damaged or holds other types is measured again, like one of other adapters
+        try:  # a record that is damaged, edited or holds other types is measured again, like one of other adapters
             record = json.loads(stored.read_text(encoding="utf-8"))
             if (all(record.get(name) == value for name, value in made_from.items())
-                    and set(record.get("anatomy", {})) == {field.name for field in fields(SetAnatomy)}):
+                    and set(record.get("anatomy", {})) == {field.name for field in fields(SetAnatomy)}
+                    and record.get("anatomy_sha256") == _seal(record["anatomy"])):
                 return from_record(record["anatomy"])
         except (ValueError, TypeError, AttributeError, KeyError):
             pass
     measured = measure_set(open_set(task, seed, folder), data_dir)
+    anatomy = as_record(measured)
     stored.parent.mkdir(parents=True, exist_ok=True)
-    stored.write_text(json.dumps({**made_from, "anatomy": as_record(measured)}, indent=1), encoding="utf-8")
+    stored.write_text(json.dumps({**made_from, "anatomy": anatomy, "anatomy_sha256": _seal(anatomy)}, indent=1),
+                      encoding="utf-8")
     return measured
+
+
+def _seal(anatomy: dict) -> str:
+    """The SHA-256 of a measurement record's values as this code wrote them: a value edited by hand (a number
+    changed, a NaN pasted in) no longer matches, and the set is measured again rather than shown as measured."""
+    return _sha256(json.dumps(anatomy, sort_keys=True).encode())
