@@ -23,6 +23,7 @@ everything else is done by the package, through the virtual environment's Python
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import subprocess
@@ -80,10 +81,11 @@ def fast_installer(python: Path, log=None) -> Path | None:
     return uv if uv.exists() else None
 
 
-def uv_settings(python: Path) -> list[str]:
+@functools.lru_cache
+def uv_settings(python: Path) -> tuple[str, ...]:
     """pip's configuration (its files and PIP_* variables, as ``pip config list`` shows them) as uv's options:
     uv reads neither, and a machine whose packages come from a local index or a wheel folder needs them. Every
-    index is searched for the best version, as pip does."""
+    index is searched for the best version, as pip does. Read once a run: both install steps use it."""
     listed = subprocess.run([str(python), "-m", "pip", "config", "list"], capture_output=True, text=True).stdout
     options = ["--index-strategy", "unsafe-best-match"]
     for line in listed.splitlines():
@@ -97,11 +99,11 @@ def uv_settings(python: Path) -> list[str]:
             options.append("--no-index")
         elif key == "cert" and value:
             os.environ.setdefault("SSL_CERT_FILE", value)
-    return options
+    return tuple(options)
 
 
 def install_step(number: int, python: Path, what: str, *args: str, log=None, label: str = "") -> None:
-    """Install with pip, announced as step `number` of 2 with what it installs and how long it takes, and
+    """Install (:func:`pip`), announced as step `number` of 2 with what it installs and how long it takes, and
     closed with the time it took (pip's own output goes to ``log`` where one is given; ``label`` names the
     environment when two install at once)."""
     print(f"{label}[{number}/2] Installing {what} ...", flush=True)
@@ -130,7 +132,10 @@ def ensure_environment(extras: tuple[str, ...] = ("test",)) -> None:
     if not venv_python().exists():
         print(f"Creating a virtual environment in {VENV} ...", flush=True)
         venv.EnvBuilder(with_pip=True).create(VENV)
-    print("First start (or pyproject.toml changed): installing in two steps.", flush=True)
+    missing = sorted(set(extras) - set(stamped[1:]))
+    why = ("First start" if not stamped else "pyproject.toml changed" if stamped[0] != wanted
+           else f"Adding the {', '.join(missing)} extra{'s' if len(missing) > 1 else ''}")
+    print(f"{why}: installing in two steps.", flush=True)
     install_torch(venv_python())
     install_step(2, venv_python(), PACKAGE_STEP, "-e", f"{ROOT}[{','.join(extras)}]")
     STAMP.write_text(" ".join([wanted, *extras]) + "\n")

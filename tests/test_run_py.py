@@ -117,3 +117,23 @@ def test_the_tests_run_in_one_session_on_both_cores_and_full_adds_the_exhaustive
     assert (command[chosen:chosen + 2] if chosen else []) == selected
     assert "full:" in (ROOT / "pyproject.toml").read_text()  # registered, so -m "not full" cannot match a typo
     assert envs[0]["OMP_NUM_THREADS"] == "1"  # one torch thread a worker, two workers on two cores
+
+
+def test_pip_s_configuration_is_read_once_for_both_steps(run_py, tmp_path):
+    (tmp_path / "uv").write_text("")
+    run_py.ensure_environment()
+    assert len(installs(run_py)) == 2
+    assert [command for command, _ in run_py.calls if "config" in command] == [
+        [str(tmp_path / "python"), "-m", "pip", "config", "list"]]
+
+
+@pytest.mark.parametrize("stamp, why", [(None, "First start"), ("other-hash test", "pyproject.toml changed"),
+                                        ("{wanted} test", "Adding the course extra")])
+def test_the_first_line_says_why_it_installs(run_py, stamp, why, capsys):
+    wanted = run_py.hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    if stamp:
+        run_py.STAMP.write_text(stamp.format(wanted=wanted) + "\n")
+    run_py.ensure_environment(("test", "course"))
+    first = run_py.calls[0][1].splitlines()
+    assert f"{why}: installing in two steps." in first
+    assert run_py.STAMP.read_text().split() == [wanted, "test", "course"]

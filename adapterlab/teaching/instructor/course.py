@@ -28,7 +28,6 @@ far a model trained, and the training cells the profile shortens are the ones gr
 
 from __future__ import annotations
 
-import ast
 import copy
 import sys
 from pathlib import Path
@@ -36,8 +35,7 @@ from pathlib import Path
 import nbformat
 
 from .labfiles import LabNotFoundError, find_labs
-from .student import (BEGIN, END, STUB_IMPORT, _hints, _python, _tags, calls_check, is_exercise, is_notes,
-                      student_notebook)
+from .student import BEGIN, END, calls_check, guarded, hints_in, is_exercise, is_notes, student_notebook, tags_of
 
 #: Points of one self-check: each check tests one exercise's idea, so each is worth the same. An instructor
 #: changes them in the source notebook's cell metadata (nbgrader's "Create Assignment" toolbar), then
@@ -94,7 +92,7 @@ def course_cell_source(source: str) -> str:
         elif marker == END and region is not None:
             begin, inside = region
             indent = begin[: len(begin) - len(begin.lstrip())]
-            shown, _ = _hints(inside)
+            shown, _ = hints_in(inside)
             kept += [f"{indent}{hint.strip()}" for hint in shown]
             kept += [begin, *[line for line in inside if line not in shown], line]
             region = None
@@ -102,13 +100,8 @@ def course_cell_source(source: str) -> str:
             region[1].append(line)
         else:
             kept.append(line)
-    tree = _python("\n".join(kept))
-    kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-    answers = [node for node in (tree.body if tree else []) if isinstance(node, kinds)
-               and any(kept[number - 1].strip() == BEGIN for number in range(node.lineno, node.end_lineno + 1))]
-    if answers:
-        kept[answers[-1].end_lineno:answers[-1].end_lineno] = ["", "", f"stop_unless_written({', '.join(n.name for n in answers)})"]
-    return f"{STUB_IMPORT}\n\n" + "\n".join(kept)
+    return guarded(kept, lambda node: any(kept[number - 1].strip() == BEGIN
+                                          for number in range(node.lineno, node.end_lineno + 1)))
 
 
 def _grader(cell_id: str, *, solution: bool = False, grade: bool = False, locked: bool = False, points=None) -> dict:
@@ -135,7 +128,7 @@ def course_notebook(nb, name: str):
         elif cell.cell_type == "code" and calls_check(cell.source):
             checks += 1
             cell.metadata["nbgrader"] = _grader(f"check-{checks}", grade=True, locked=True, points=POINTS)
-        elif not (cell.cell_type == "code" and "prediction" in _tags(cell)):  # a prediction is the student's
+        elif not (cell.cell_type == "code" and "prediction" in tags_of(cell)):  # a prediction is the student's
             cell.metadata["nbgrader"] = _grader(f"cell-{index}", locked=True)
     return course
 

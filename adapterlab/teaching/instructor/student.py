@@ -186,7 +186,7 @@ def stub_solutions(source: str, where: str = "cell", error: str = "NotImplemente
             if region is None:
                 raise SolutionMarkerError(f"{where}, line {number}: {END} without a {BEGIN} before it")
             indent, inside = region
-            shown, hints = _hints(inside)
+            shown, hints = hints_in(inside)
             kept += [f"{indent}{line.strip()}" for line in shown]
             hint = " ".join(_as_sentence(hint) for hint in hints or _hints_above(kept)) or GENERIC_HINT
             kept.append(f"{indent}raise {error}({f'Exercise: write your answer here. Hint: {hint}'!r})")
@@ -200,7 +200,7 @@ def stub_solutions(source: str, where: str = "cell", error: str = "NotImplemente
     return "\n".join(kept) + ("\n" if source.endswith("\n") else "")
 
 
-def _hints(lines: list[str]) -> tuple[list[str], list[str]]:
+def hints_in(lines: list[str]) -> tuple[list[str], list[str]]:
     """(the hint lines among `lines`, each hint's text with its continuation lines joined)."""
     shown: list[str] = []
     hints: list[str] = []
@@ -230,7 +230,7 @@ def _hints_above(lines: list[str]) -> list[str]:
     start = len(lines)
     while start and (HINT.match(lines[start - 1]) or HINT_MORE.match(lines[start - 1])):
         start -= 1
-    return _hints(lines[start:])[1]
+    return hints_in(lines[start:])[1]
 
 
 def is_exercise(cell) -> bool:
@@ -306,7 +306,7 @@ def _called_name(func: ast.expr) -> str:
     return ""
 
 
-def _tags(cell) -> list[str]:
+def tags_of(cell) -> list[str]:
     return cell.metadata.get("tags", [])
 
 
@@ -317,7 +317,7 @@ def is_notes(cell) -> bool:
 
 def is_question(cell) -> bool:
     """The markdown cell that asks a prediction."""
-    return cell.cell_type == "markdown" and ("prediction" in _tags(cell) or cell.source.lstrip().startswith(QUESTION))
+    return cell.cell_type == "markdown" and ("prediction" in tags_of(cell) or cell.source.lstrip().startswith(QUESTION))
 
 
 def before_reveal(cells) -> set[int]:
@@ -358,13 +358,19 @@ def _stub_cell(source: str, where: str) -> str:
     """An exercise cell's student version: AnswerMissing imported at the top, a stub in each solution, and
     `stop_unless_written(...)` right after the last definition that holds a stub."""
     lines = stub_solutions(source, where=where, error="AnswerMissing").split("\n")
+    return guarded(lines, lambda node: any(_raises_missing(inner) for inner in ast.walk(node)))
+
+
+def guarded(lines: list[str], holds_answer) -> str:
+    """An exercise cell's ``lines`` with AnswerMissing imported at the top and ``stop_unless_written(...)``
+    right after the last top-level definition for which ``holds_answer(node)`` is true, so that Run All stops at
+    the exercise while its answer is unwritten (student copies and the nbgrader course alike)."""
     tree = _python("\n".join(lines))
     kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-    stubbed = [node for node in (tree.body if tree else []) if isinstance(node, kinds)
-               and any(_raises_missing(inner) for inner in ast.walk(node))]
-    if stubbed:
-        guard = f"stop_unless_written({', '.join(node.name for node in stubbed)})"
-        lines[stubbed[-1].end_lineno:stubbed[-1].end_lineno] = ["", "", guard]
+    answers = [node for node in (tree.body if tree else []) if isinstance(node, kinds) and holds_answer(node)]
+    if answers:
+        guard = f"stop_unless_written({', '.join(node.name for node in answers)})"
+        lines[answers[-1].end_lineno:answers[-1].end_lineno] = ["", "", guard]
     return f"{STUB_IMPORT}\n\n" + "\n".join(lines)
 
 
@@ -385,14 +391,14 @@ def student_notebook(nb, name: str = "notebook"):
             continue
         where = f"{name}, cell {index}"
         stub_solutions(cell.source, where=where)  # rejects a stray END in any cell
-        exercise, prediction = is_exercise(cell), "prediction" in _tags(cell)
+        exercise, prediction = is_exercise(cell), "prediction" in tags_of(cell)
         uses_answer = bool(answers) and uses_any(cell.source, answers)
         if exercise:
             answers |= defined_names(cell.source)
             cell.source = _stub_cell(cell.source, where)
         if prediction:
             cell.source = PREDICTION_ANSWER.sub(r'\g<left>""', cell.source)
-        if exercise or prediction or uses_answer or index in hidden or "answer" in _tags(cell) or calls_check(cell.source):
+        if exercise or prediction or uses_answer or index in hidden or "answer" in tags_of(cell) or calls_check(cell.source):
             cell.outputs = []
             cell.execution_count = None
         _quiet_widgets(cell)
