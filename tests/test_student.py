@@ -787,6 +787,45 @@ def test_the_student_copy_gives_nothing_away(lab, student_copies):
             assert len(stubs) == len(solution_regions(cell.source)), f"exercise cell {index}: one stub per solution"
 
 
+def bound_at_top_level(statements) -> set[str]:
+    """Names the statements themselves bind (assignments, loops, with, definitions, imports), not those bound
+    inside a comprehension or a function."""
+    names = set()
+    for node in statements:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+        else:
+            targets = (node.targets if isinstance(node, ast.Assign)
+                       else [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.For))
+                       else [item.optional_vars for item in node.items if item.optional_vars]
+                       if isinstance(node, ast.With) else [])
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return names
+
+
+@pytest.mark.parametrize("lab", all_labs(), ids=lambda lab: lab.stem)
+def test_no_cell_below_an_exercise_needs_what_its_guard_keeps_from_running(lab, student_copies):
+    """In a graded run every cell runs, so a name bound after ``stop_unless_written`` in an unanswered exercise
+    would fail later cells with a NameError instead of the exercise's one line: bind it above the guard."""
+    cells = student_copies[lab.name].cells
+    for index, cell in enumerate(cells):
+        if cell.cell_type != "code" or "stop_unless_written(" not in cell.source:
+            continue
+        tree = ast.parse(TransformerManager().transform_cell(cell.source))
+        guard = next(node.lineno for node in tree.body if "stop_unless_written(" in ast.unparse(node))
+        kept_back = bound_at_top_level([node for node in tree.body if node.lineno > guard])
+        for later in range(index + 1, len(cells)):
+            if cells[later].cell_type != "code" or not kept_back:
+                continue
+            code = ast.parse(TransformerManager().transform_cell(cells[later].source))
+            read = {n.id for n in ast.walk(code) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+            needed = (read - bound_at_top_level(code.body)) & kept_back
+            assert not needed, f"cell {later} reads {sorted(needed)}, bound after the guard of exercise cell {index}"
+            kept_back -= bound_at_top_level(code.body)
+
+
 # --------------------------------------------------------------------------------------------------
 # The real labs, executed
 # --------------------------------------------------------------------------------------------------
