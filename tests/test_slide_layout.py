@@ -433,6 +433,15 @@ def test_a_summary_list_stays_on_one_slide_and_its_notes_hold_every_word(tmp_pat
     assert prose_words(slides[0]["text"]) <= PROSE_WORDS + 10
 
 
+def test_every_lab_s_summary_is_one_slide():
+    """A lab's "What you saw" is read as one list: each item opens with a sentence short enough that all the
+    items' first sentences share one slide, the details going to its notes."""
+    for lab in all_labs():
+        titles = [slide["title"] for slide in deck_outline(nbformat.read(lab, as_version=4))]
+        summary = [title for title in titles if re.sub(r"<[^>]+>", "", title).lstrip("# ").startswith("What you saw")]
+        assert len(summary) <= 1, f"{lab.stem}: the summary runs over {len(summary)} slides"
+
+
 def test_a_list_that_does_not_fit_goes_on_over_slides_with_every_item_whole(tmp_path):
     """A list right under its lead line whose items do not fit beside it is never cut mid-phrase: the items
     that fit stay under the lead, the others continue on the next slide, each item whole and in order."""
