@@ -519,6 +519,34 @@ def test_a_result_slide_under_a_heading_with_a_colon_reads_as_one_heading(tmp_pa
     assert heading.count(":") == 1 and heading.startswith("Later: the sizes") and "the result" in heading
 
 
+@pytest.mark.parametrize("kind, slides", [("deck-table", 1), ("deck-table verdict-table", 2)])
+def test_a_table_is_paged_by_the_height_its_rows_take(tmp_path, kind, slides):
+    """Rows whose cells never wrap take 27 px at 21 px (measured in Chromium): seventeen fit one slide under a
+    heading. A verdict table's names and verdicts wrap, so its rows count for more and it goes over two."""
+    rows = "".join(f"<tr><td>TABLE-ROW-{i}-END</td><td>0.{i:03d}</td></tr>" for i in range(17))
+    table = f'<table class="{kind}"><thead><tr><th>point</th><th>score</th></tr></thead><tbody>{rows}</tbody></table>'
+    output = nbformat.v4.new_output("display_data", data={"text/html": table})
+    deck = export(tmp_path, [cell("md", "## The rows", "slide"), cell("code", "show()", "-", [output])])
+    shown = [slide for slide in deck.slides if "TABLE-ROW-" in slide["text"]]
+    assert len(shown) == slides
+    assert sorted(int(n) for slide in shown for n in re.findall(r"TABLE-ROW-(\d+)-END", slide["text"])) == list(range(17))
+
+
+def test_a_reveal_s_outputs_that_leave_its_code_under_the_question_are_headed_as_its_result(tmp_path):
+    """The code that answers a prediction stays under the question; its outputs, too tall for that slide, go
+    on the next one, which says it shows the result, not that something was continued."""
+    question = "**Predict.** Which way will the number go?\n\n* (a) up\n* (b) down"
+    rows = "".join(f"ROW-{i} " + "x " * 10 + "\n" for i in range(20))  # taller than the slide less its code
+    deck = export(tmp_path, [cell("md", "## The sizes", "slide"), cell("md", question, "slide", tags=["prediction"]),
+                             cell("code", 'my_prediction = ""', "skip", tags=["prediction"]),
+                             cell("code", "print(ROWS)", "fragment", [stream(rows)])])
+    [asked] = [slide for slide in deck.slides if "Which way" in slide["text"]]
+    [told] = [slide for slide in deck.slides if "ROW-0" in slide["text"]]
+    assert asked is not told and "print" in asked["text"] and "print" not in told["text"]
+    heading = told["text"].strip().splitlines()[0]
+    assert heading.startswith("The sizes") and "the result" in heading and "continued" not in heading
+
+
 @pytest.mark.parametrize("note", [None, "NOTE-UNDER-TITLE"])
 def test_a_figure_moved_to_its_own_slide_is_headed_by_its_title_drawn_once(tmp_path, note):
     title = {"text": "FIGURE-TITLE<br>on two lines"} | ({"subtitle": {"text": note}} if note else {})

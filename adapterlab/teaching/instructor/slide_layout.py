@@ -51,6 +51,7 @@ FIGURE_HEIGHT_PX = 420  # a figure's height when it does not ask for one
 FIGURE_MAX_PX = 560  # the most a figure may ask for (a legend in rows, a note under its title): a heading fits above
 FIGURE_FIT_PX = 360  # a figure counts this high at most: the deck gives it less height where the slide needs it
 TEXT_LINE_PX, TEXT_CHARS = 36, 92  # markdown at 26 px
+TABLE_ROW_PX = 28  # a row of a table output whose cells never wrap, at 21 px (measured in Chromium: 27 px)
 CODE_LINE_PX, CODE_CHARS = 28, 96  # code and text outputs at 21 px (DejaVu Sans Mono: 12.6 px a character)
 FIGURE_FONT_PX = 18  # the smallest text in a figure (axis titles, ticks, legend)
 HEADING_PX = 60
@@ -118,12 +119,18 @@ def output_height(output) -> int:
         return _png_height(data["image/png"]) + 8
     if "text/html" in data:
         html = "".join(data["text/html"])
-        return (max(1, html.count("<tr")) + html.count("<caption") + html.count("verdict-footer")) * TEXT_LINE_PX + 8
+        return max(1, html.count("<tr")) * _row_px(html) + (html.count("<caption") + html.count("verdict-footer")) * TEXT_LINE_PX + 8
     if "text/markdown" in data:
         return _wrapped_lines("".join(data["text/markdown"]), TEXT_CHARS) * TEXT_LINE_PX
     if "text/plain" in data:
         return _wrapped_lines("".join(data["text/plain"]), CODE_CHARS) * CODE_LINE_PX + 8
     return 0
+
+
+def _row_px(html: str) -> int:
+    """The height a row of an HTML table output counts for: a verdict table's names and verdicts wrap (one or
+    two lines, measured 27 or 51 px), so its rows count as a line and a half; other tables' cells never wrap."""
+    return TEXT_LINE_PX if "verdict-table" in html else TABLE_ROW_PX
 
 
 def cell_height(cell) -> int:
@@ -322,6 +329,7 @@ def _fit_to_slides(cells):
     """Start a new subslide where the estimated content would pass the slide's bottom, and move the
     outputs of a code cell that does not fit beside its code onto subslides of their own."""
     fitted, used = [], 0
+    revealed = None  # a reveal whose code stays under its prediction: the slide its outputs go on is its result
     for cell in cells:
         kind = slide_type(cell)
         if kind == "notes":
@@ -332,6 +340,9 @@ def _fit_to_slides(cells):
         pieces = [out for code in _split_code(cell) for out in _split_outputs(code)] if cell.cell_type == "code" else [cell]
         while pieces:
             piece = pieces.pop(0)
+            if piece.metadata.get("deck_continued") is True and revealed is not None and _origin(piece) == revealed:
+                piece.metadata["deck_continued"] = RESULT
+            revealed = None
             height = cell_height(piece)
             keep = piece.metadata.get("deck_keep_with_previous")
             shows_code = piece.cell_type == "code" and piece.source and not piece.metadata.get("transient", {}).get("remove_source")
@@ -355,6 +366,8 @@ def _fit_to_slides(cells):
                 used = LABEL_PX  # the heading `_label_continuations` repeats above it
             elif piece.metadata.get("deck_continued") and slide_type(piece) == "subslide":
                 used = LABEL_PX
+            if keep and slide_type(piece) not in ("slide", "subslide"):
+                revealed = _origin(piece)
             used += height
             fitted.append(piece)
     return fitted
@@ -775,7 +788,7 @@ def _table_pages(output) -> list:
         return []
     opening, caption, head, body, after = (part or "" for part in found.groups())
     rows = re.findall(r"(?s)<tr>.*?</tr>", body)
-    room = max(1, (SLIDE_BUDGET_PX - LABEL_PX - CELL_GAP_PX - 8) // TEXT_LINE_PX - 2)  # less a header and a footer
+    room = max(1, (SLIDE_BUDGET_PX - LABEL_PX - CELL_GAP_PX - 8) // _row_px(html) - 2)  # less a header and a footer
     count = -(-len(rows) // room)
     pages, first = [], 0
     for number in range(count):
