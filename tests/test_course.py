@@ -1,12 +1,14 @@
 """The nbgrader course as an instructor runs it: ``adapterlab course`` writes the folder, then nbgrader's own
-commands release lab 3, autograde two submissions, write feedback and export the grades.
+commands release a lab, autograde two submissions, write feedback and export the grades.
 
-One submission holds the lab's own solutions; the other a wrong answer to the first exercise (the fold that
-forgets the adapter's identity path, a mistake the check names), the second exercise left as released, and
-the first check's locked cell rewritten to print a ✔ line. The gradebook must give the first every point
-and the second none, with the check restored from the release, and the feedback must show the course's
-one-line messages. About a minute and a half a submission on 2 cores: lab 3 runs top to bottom in the ci
-profile.
+One submission holds the lab's own solutions; the other a wrong answer to the first exercise (a mistake the
+check names: lab 3's fold that forgets the adapter's identity path, lab 8's ablation that leaves the adapters
+off when a score fails, lab 11's effective rank that needs the running sum to pass the share rather than
+reach it), any other exercise left as released, and the first check's locked cell rewritten to print a ✔
+line. The gradebook must give the first every point and the second none, with the check restored from the
+release, and the feedback must show the course's one-line messages. Lab 3 runs in every test run (about a
+minute and a half a submission on 2 cores, top to bottom in the ci profile); labs 8 and 11, two to four
+minutes a submission, with ``--full``.
 """
 
 from __future__ import annotations
@@ -26,7 +28,18 @@ from nbgrader.api import Gradebook
 
 from adapterlab.teaching.instructor.course import CODE_STUB, POINTS, course_cell_source, write_course
 
-LAB = "03_collapse_to_lora"
+#: The first test of each lab waits for two submissions' autograding (lab 11: about 4 minutes each, more on a
+#: loaded machine): longer than the suite's 15-minute bound for one test allows.
+pytestmark = pytest.mark.timeout(2400)
+
+#: Each lab graded: its number, its assignment name, and the wrong answer written into its first exercise.
+WRONG_ANSWERS = {
+    "03_collapse_to_lora": ("3", "M = torch.eye(adapter.d_model) + adapter.up.weight", "M = adapter.up.weight"),
+    "08_which_layers_matter": ("8", "            try:\n                scores[i, j] = score(model)\n            finally:\n"
+                               "                set_adapters_enabled(model, True)",
+                               "            scores[i, j] = score(model)\n            set_adapters_enabled(model, True)"),
+    "11_what_the_adapter_learned": ("11", "cumulative >= energy", "cumulative > energy"),
+}
 BIN = Path(sys.executable).parent
 TAMPERED = 'print("✔ the fold is exact")'
 
@@ -48,42 +61,47 @@ def check_cells(nb) -> list[int]:
     return [i for i, cell in enumerate(nb.cells) if cell.metadata.get("nbgrader", {}).get("grade")]
 
 
-def submit(course: Path, student: str, nb) -> None:
-    folder = course / "submitted" / student / LAB
+def submit(course: Path, lab: str, student: str, nb) -> None:
+    folder = course / "submitted" / student / lab
     folder.mkdir(parents=True)
-    nbformat.write(nb, folder / f"{LAB}.ipynb")
+    nbformat.write(nb, folder / f"{lab}.ipynb")
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory) -> Path:
+@pytest.fixture(scope="module", params=[pytest.param(lab, marks=[] if lab.startswith("03") else pytest.mark.full)
+                                        for lab in WRONG_ANSWERS])
+def graded(request, tmp_path_factory) -> tuple[Path, str]:
+    """(the course folder, the lab) once both submissions of the lab are autograded, with feedback and export."""
+    lab = request.param
+    number, right_line, wrong_line = WRONG_ANSWERS[lab]
     course = tmp_path_factory.mktemp("course")
-    write_course(course, ["3"])
-    nbgrader(course, "generate_assignment", LAB)
-    source = nbformat.read(course / "source" / LAB / f"{LAB}.ipynb", as_version=4)
-    release = nbformat.read(course / "release" / LAB / f"{LAB}.ipynb", as_version=4)
-    first, second = exercise_cells(release)
+    write_course(course, [number])
+    nbgrader(course, "generate_assignment", lab)
+    source = nbformat.read(course / "source" / lab / f"{lab}.ipynb", as_version=4)
+    release = nbformat.read(course / "release" / lab / f"{lab}.ipynb", as_version=4)
+    exercises = exercise_cells(release)
 
     right = copy.deepcopy(release)
-    for index in (first, second):
+    for index in exercises:
         right.cells[index].source = source.cells[index].source
-    submit(course, "right", right)
+    submit(course, lab, "right", right)
 
     wrong = copy.deepcopy(release)
-    written = source.cells[first].source.replace("M = torch.eye(adapter.d_model) + adapter.up.weight", "M = adapter.up.weight")
-    assert written != source.cells[first].source, "lab 3's fold is written differently: update the wrong answer"
-    wrong.cells[first].source = written
+    written = source.cells[exercises[0]].source.replace(right_line, wrong_line)
+    assert written != source.cells[exercises[0]].source, f"{lab}'s exercise is written differently: update its wrong answer"
+    wrong.cells[exercises[0]].source = written
     wrong.cells[check_cells(release)[0]].source = TAMPERED
-    submit(course, "wrong", wrong)
+    submit(course, lab, "wrong", wrong)
 
-    nbgrader(course, "autograde", LAB, "--create")
-    nbgrader(course, "generate_feedback", LAB)
+    nbgrader(course, "autograde", lab, "--create")
+    nbgrader(course, "generate_feedback", lab)
     nbgrader(course, "export")
-    return course
+    return course, lab
 
 
 def test_the_release_shows_the_course_s_stub_and_keeps_the_hints_and_the_lab_s_outputs(graded):
-    release = nbformat.read(graded / "release" / LAB / f"{LAB}.ipynb", as_version=4)
-    source = nbformat.read(graded / "source" / LAB / f"{LAB}.ipynb", as_version=4)
+    course, lab = graded
+    release = nbformat.read(course / "release" / lab / f"{lab}.ipynb", as_version=4)
+    source = nbformat.read(course / "source" / lab / f"{lab}.ipynb", as_version=4)
     for index in exercise_cells(release):
         cell = release.cells[index].source
         assert CODE_STUB in cell and "NotImplementedError" not in cell and "### BEGIN SOLUTION" not in cell
@@ -98,39 +116,44 @@ def test_the_release_shows_the_course_s_stub_and_keeps_the_hints_and_the_lab_s_o
 
 
 def test_the_lab_s_own_solutions_get_every_point_and_a_wrong_or_missing_answer_none(graded):
-    with open(graded / "grades.csv", newline="") as handle:
+    course, lab = graded
+    with open(course / "grades.csv", newline="") as handle:
         grades = {row["student_id"]: row for row in csv.DictReader(handle)}
-    checks = len(check_cells(nbformat.read(graded / "source" / LAB / f"{LAB}.ipynb", as_version=4)))
+    checks = len(check_cells(nbformat.read(course / "source" / lab / f"{lab}.ipynb", as_version=4)))
     assert float(grades["right"]["max_score"]) == checks * POINTS
     assert float(grades["right"]["score"]) == checks * POINTS
     assert float(grades["wrong"]["score"]) == 0
-    with Gradebook(f"sqlite:///{graded / 'gradebook.db'}") as gradebook:
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
         for student, expected in (("right", POINTS), ("wrong", 0)):
-            submission = gradebook.find_submission_notebook(LAB, LAB, student)
+            submission = gradebook.find_submission_notebook(lab, lab, student)
             assert [grade.score for grade in sorted(submission.grades, key=lambda g: g.name)] == [expected] * checks
 
 
 def test_a_locked_check_a_student_rewrote_runs_as_released(graded):
-    autograded = nbformat.read(graded / "autograded" / "wrong" / LAB / f"{LAB}.ipynb", as_version=4)
-    release = nbformat.read(graded / "release" / LAB / f"{LAB}.ipynb", as_version=4)
+    course, lab = graded
+    autograded = nbformat.read(course / "autograded" / "wrong" / lab / f"{lab}.ipynb", as_version=4)
+    release = nbformat.read(course / "release" / lab / f"{lab}.ipynb", as_version=4)
     first_check = check_cells(release)[0]
     assert autograded.cells[first_check].source == release.cells[first_check].source != TAMPERED
 
 
 def test_the_feedback_shows_each_failure_as_the_course_s_one_line_message(graded):
-    page = html.unescape(re.sub(r"<[^>]+>", "", (graded / "feedback" / "wrong" / LAB / f"{LAB}.html").read_text()))
-    autograded = nbformat.read(graded / "autograded" / "wrong" / LAB / f"{LAB}.ipynb", as_version=4)
-    first, second = check_cells(autograded)
-    [wrong] = [output for output in autograded.cells[first].outputs if output.output_type == "error"]
-    [missing] = [output for output in autograded.cells[second].outputs if output.output_type == "error"]
-    assert wrong.ename == missing.ename == "CheckFailed" and len(wrong.traceback) == len(missing.traceback) == 1
-    assert "missing" not in wrong.traceback[0] and "The answer is missing" in missing.traceback[0]
-    for line in (wrong.traceback[0], missing.traceback[0]):
+    course, lab = graded
+    page = html.unescape(re.sub(r"<[^>]+>", "", (course / "feedback" / "wrong" / lab / f"{lab}.html").read_text()))
+    autograded = nbformat.read(course / "autograded" / "wrong" / lab / f"{lab}.ipynb", as_version=4)
+    first, *others = check_cells(autograded)
+    failures = [[output for output in autograded.cells[index].outputs if output.output_type == "error"]
+                for index in (first, *others)]
+    assert all(len(errors) == 1 and errors[0].ename == "CheckFailed" and len(errors[0].traceback) == 1
+               for errors in failures), "each check fails with one CheckFailed line"
+    wrong, *missing = (errors[0].traceback[0] for errors in failures)
+    assert "missing" not in wrong and all("The answer is missing" in line for line in missing)
+    for line in (wrong, *missing):
         assert line in page, line
-    [unwritten] = [output for output in autograded.cells[exercise_cells(autograded)[1]].outputs
-                   if output.output_type == "error"]
-    assert unwritten.traceback[0].startswith("The answer is missing") and "Graded as missing" in unwritten.traceback[0]
-    assert "did not run" not in unwritten.traceback[0]  # autograde runs every cell
+    for index in exercise_cells(autograded)[1:]:  # the exercises left as released
+        [unwritten] = [output for output in autograded.cells[index].outputs if output.output_type == "error"]
+        assert unwritten.traceback[0].startswith("The answer is missing") and "Graded as missing" in unwritten.traceback[0]
+        assert "did not run" not in unwritten.traceback[0]  # autograde runs every cell
 
 
 def test_an_exercise_cell_keeps_its_hints_above_the_region_nbgrader_clears():
@@ -139,5 +162,20 @@ def test_an_exercise_cell_keeps_its_hints_above_the_region_nbgrader_clears():
     course = course_cell_source(source)
     lines = course.splitlines()
     assert lines.index("    # HINT: square it") < lines.index("    ### BEGIN SOLUTION") < lines.index("    return x * x + 1")
-    assert lines.index("stop_unless_written(f)") < lines.index("print(f(2))")
+    assert lines.index("    ### END SOLUTION") < lines.index("stop_unless_written(f)") < lines.index("print(f(2))")
     assert course.startswith("# Run All stops in this cell")
+
+
+def test_every_lab_s_guard_is_outside_the_regions_nbgrader_clears(tmp_path):
+    """A guard inside a solution region would be cleared with it, and the release's Run All would not stop at
+    the exercise."""
+    for path in write_course(tmp_path):
+        nb = nbformat.read(path, as_version=4)
+        for index in exercise_cells(nb):
+            inside, guards = False, 0
+            for line in nb.cells[index].source.splitlines():
+                inside = (inside or line.strip() == "### BEGIN SOLUTION") and line.strip() != "### END SOLUTION"
+                if line.startswith("stop_unless_written("):
+                    assert not inside, f"{path.name}, cell {index}: the guard is inside a solution region"
+                    guards += 1
+            assert guards == 1, f"{path.name}, cell {index}"

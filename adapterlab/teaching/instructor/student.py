@@ -370,7 +370,10 @@ def guarded(lines: list[str], holds_answer) -> str:
     answers = [node for node in (tree.body if tree else []) if isinstance(node, kinds) and holds_answer(node)]
     if answers:
         guard = f"stop_unless_written({', '.join(node.name for node in answers)})"
-        lines[answers[-1].end_lineno:answers[-1].end_lineno] = ["", "", guard]
+        at = answers[-1].end_lineno
+        while at < len(lines) and lines[at][:1] in (" ", "\t") and lines[at].lstrip().startswith("#"):
+            at += 1  # the definition's own trailing comments, an END SOLUTION marker among them, stay in it
+        lines[at:at] = ["", "", guard]
     return f"{STUB_IMPORT}\n\n" + "\n".join(lines)
 
 
