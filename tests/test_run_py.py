@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -137,3 +138,23 @@ def test_the_first_line_says_why_it_installs(run_py, stamp, why, capsys):
     first = run_py.calls[0][1].splitlines()
     assert f"{why}: installing in two steps." in first
     assert run_py.STAMP.read_text().split() == [wanted, "test", "course"]
+
+
+def test_the_venv_s_processes_keep_their_compiled_modules_in_the_venv_even_where_bytecode_is_off(run_py, monkeypatch,
+                                                                                                   tmp_path):
+    """With ``PYTHONDONTWRITEBYTECODE`` set (as CI images often do), each kernel and each command a test starts would
+    compile torch and transformers from source again. A Python started in run.py's environment (the tests,
+    JupyterLab) writes its compiled modules into .venv/pycache and reads them from there; nowhere else."""
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)
+    folder = tmp_path / "labs"
+    folder.mkdir()
+    (folder / "some_module.py").write_text("VALUE = 1\n")
+    importing = [sys.executable, "-c", "import some_module"]
+    for env, compiles in ((dict(run_py.os.environ), False), (run_py.venv_environment(), True),
+                          (run_py.jupyter_environment(["--allow-root"]), True)):
+        # subprocess.run is the fixture's recorder; Popen is the real thing
+        assert subprocess.Popen(importing, cwd=folder, env=env).wait() == 0
+        compiled = list(tmp_path.rglob("*.pyc"))
+        assert bool(compiled) == compiles
+        assert all(path.is_relative_to(tmp_path / ".venv" / "pycache") for path in compiled)
