@@ -29,7 +29,7 @@ import torch
 import transformers
 
 PRESETS = {"DoubleSeqBnConfig": adapters.DoubleSeqBnConfig, "SeqBnConfig": adapters.SeqBnConfig,
-           "ParBnConfig": adapters.ParBnConfig, "LoRAConfig": adapters.LoRAConfig}
+           "ParBnConfig": adapters.ParBnConfig, "LoRAConfig": adapters.LoRAConfig, "VeraConfig": adapters.VeraConfig}
 
 
 def _batch(job):

@@ -6,6 +6,7 @@ silently different."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import safetensors.torch
@@ -76,6 +77,8 @@ PEFT_EQUAL = {
                                                      exclude_modules=["pooler.dense"]),
     "the pooler trained, saved as pooler.dense": dict(target_modules=["query", "value"],
                                                       modules_to_save=["classifier", "pooler.dense"]),
+    "query, key and value": dict(target_modules=["query", "key", "value"]),
+    "query and key": dict(target_modules=["query", "key"]),
 }
 
 
@@ -86,6 +89,9 @@ def test_a_peft_lora_that_is_adapterlabs_lora_imports_with_the_same_logits(case,
     assert summary["method"] == "lora"
     if case == "dropout":
         assert "training only" in summary["notes"][0]
+    if "key" in case:  # the modules PEFT did not adapt come in with zero matrices, and import says so
+        assert any("all_dense, with zero matrices on" in note and "attention.output.dense" in note
+                   for note in summary["notes"])
 
 
 def test_an_adapter_saved_under_its_own_name_is_found_in_its_folder(tmp_path):
@@ -159,12 +165,28 @@ def test_every_init_that_rewrites_the_base_is_refused(init, tmp_path):
 
 @pytest.mark.parametrize(("settings", "message"), [
     (dict(target_modules=["query", "key", "value", "dense"]), "adapts bert.pooler.dense"),
-    (dict(target_modules=["query", "key"]), "neither of adapterlab's target sets.*--lora-targets"),
 ])
 def test_a_peft_lora_adapting_other_modules_is_refused(settings, message, tmp_path):
     folder, _ = _saved(tmp_path, _lora(**settings))
     with pytest.raises(InteropError, match=message):
         import_set(folder, tmp_path / "imported", backbone=TINY, task="sst2")
+
+
+@pytest.mark.parametrize("targets", [["query", "value"], ["query", "value", "intermediate.dense"]])
+def test_a_peft_vera_imports_as_a_lora_with_the_same_logits(targets, tmp_path):
+    """VeRA's shared projections, sliced to each module's size and scaled by the trained vectors, are a LoRA."""
+    folder, theirs = _saved(tmp_path, peft.VeraConfig(task_type="SEQ_CLS", r=4, target_modules=targets))
+    summary = _imports_equal(folder, theirs, tmp_path)
+    assert summary["method"] == "lora" and any("VeRA comes in as adapterlab's LoRA of r = 4" in note
+                                               for note in summary["notes"])
+
+
+def test_a_peft_vera_saved_without_its_projections_is_refused_naming_the_option(tmp_path):
+    folder, _ = _saved(tmp_path, peft.VeraConfig(task_type="SEQ_CLS", r=4, target_modules=["query", "value"],
+                                                 save_projection=False))
+    with pytest.raises(InteropError, match="save_projection=True"):
+        import_set(folder, tmp_path / "imported", backbone=TINY, task="sst2")
+    assert not (tmp_path / "imported").exists()
 
 
 def test_a_classifier_for_another_label_count_is_refused_at_import(tmp_path):
@@ -232,7 +254,20 @@ HUB_EQUAL = {
     "save_adapter_setup's top folder": ("ParBnConfig", {"reduction_factor": 4}, {"head": DEFAULT_HEAD, "setup": True}),
     "pytorch_adapter.bin": ("SeqBnConfig", {"reduction_factor": 4}, {"use_safetensors": False}),
     "LoRA with dropout": ("LoRAConfig", {"r": 4, "alpha": 8, "attn_matrices": ["q", "v"], "dropout": 0.1}, {}),
+    "LoRA on query, key and value": ("LoRAConfig", {"r": 4, "alpha": 8, "attn_matrices": ["q", "k", "v"]}, {}),
+    "LoRA on the FFN too, a layer left out": ("LoRAConfig", {"r": 4, "alpha": 16, "attn_matrices": ["q", "v"],
+                                                             "intermediate_lora": True, "output_lora": True,
+                                                             "leave_out": [0]}, {}),
+    "a bottleneck per layer": ("SeqBnConfig", {"reduction_factor": {"0": 4, "1": 8, "default": 4}}, {}),
+    "DoubleSeqBn, a bottleneck per layer": ("DoubleSeqBnConfig", {"reduction_factor": {"1": 16, "default": 2}}, {}),
+    "VeRA on query and value": ("VeraConfig", {"r": 4}, {}),
 }
+#: What import says of a folder it takes as another adapterlab set that computes the same.
+HUB_NOTES = {"LoRA on query, key and value": "all_dense, with zero matrices on attention.output.dense",
+             "LoRA on the FFN too, a layer left out": "leaves out \\(\\[0\\]\\) get zero matrices",
+             "a bottleneck per layer": "padded with zero units to r = ",
+             "DoubleSeqBn, a bottleneck per layer": "differs between layers",
+             "VeRA on query and value": "VeRA comes in as adapterlab's LoRA of r = 4"}
 
 
 @pytest.mark.parametrize("case", list(HUB_EQUAL))
@@ -243,6 +278,8 @@ def test_an_adapterhub_folder_that_is_an_adapterlab_set_imports_with_the_same_lo
     summary = _imports_equal(folder, theirs, tmp_path)
     if "dropout" in settings:
         assert "training only" in summary["notes"][0]
+    if case in HUB_NOTES:
+        assert any(re.search(HUB_NOTES[case], note) for note in summary["notes"])
 
 
 @pytest.mark.parametrize("kind", ["Stack", "Fuse", "Parallel"])
@@ -269,8 +306,6 @@ HUB_REFUSED = {
                     {"head": {"num_labels": 2, "activation_function": "relu"}}, "activation_function='relu'"),
     "a head on the first token without the pooler": ("SeqBnConfig", {"reduction_factor": 4},
                                                      {"head": {"num_labels": 2, "layers": 1}}, "use_pooler=False"),
-    "a bottleneck per layer": ("SeqBnConfig", {"reduction_factor": {"0": 4, "1": 8, "default": 4}}, {},
-                               "needs a weight transform"),
 }
 
 

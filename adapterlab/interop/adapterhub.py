@@ -34,7 +34,10 @@ Import also takes what the library's users save: the flexible classification hea
 ``layers=1, use_pooler=True``), ``scaling`` (a number, "learned" or "channel": folded into the up-projection;
 ParBn's number is the parallel scale), dropout (training only), ``DoubleSeqBnConfig(residual_before_ln=False)``
 (the same residual without an Add & Norm before the adapter), ``pytorch_adapter.bin`` / ``pytorch_model_head.bin``
-(read with torch's restricted unpickler) and the top folder of ``save_adapter_setup`` (its one adapter's subfolder).
+(read with torch's restricted unpickler), the top folder of ``save_adapter_setup`` (its one adapter's subfolder), a
+``reduction_factor`` per layer (each adapter padded with zero units to the largest bottleneck, which computes the
+same) and a LoRA of any of q, k, v and the FFN's dense layers, in the layers ``leave_out`` leaves (the smallest
+adapterlab target set holding them, zero matrices on the rest).
 A head whose ``label2id`` names the task's labels in another order comes in with its rows in the task's order
 (:func:`adapterlab.interop.common.label_order`).
 
@@ -59,7 +62,8 @@ import safetensors.torch
 import torch
 
 from .common import (BASE, LAYER_NAME, InteropError, copy_into, hub_name, label_names, layer_tensors, load_preamble,
-                     read_weights, split_backbone_tensors, stated_labels, write_json)
+                     lora_targets_holding, read_weights, split_backbone_tensors, stated_labels, write_json,
+                     zero_modules_note)
 from .peft import dropout_note
 
 LIBRARY_VERSION = "adapters.1.3.0"
@@ -341,14 +345,6 @@ def read_adapterhub(folder: Path) -> dict:
     if activation is None:
         raise _refuse(folder, f"its nonlinearity {config.get('non_linearity')!r} is none of "
                               f"{', '.join(FROM_ACTIVATION)}")
-    factor = config.get("reduction_factor")
-    if isinstance(factor, Mapping):
-        values = set(factor.values())
-        if len(values) != 1:
-            raise InteropError(f"{folder}: its bottleneck differs between layers ({factor}): it needs a weight "
-                               "transform (zero-padding to the largest) that adapterlab does not make")
-        factor = values.pop()
-    bottleneck = int(d // factor)  # as the library sizes it
     weights = read_weights(folder, WEIGHTS_FILE, TORCH_WEIGHTS_FILE, RESAVE)
     head, layernorms, pooler, num_labels = _read_head(folder)
     layer_weights = layer_tensors(weights)
@@ -357,6 +353,8 @@ def read_adapterhub(folder: Path) -> dict:
     if set(adapted) & leave_out or any(not k.startswith(f"{BASE}.encoder.layer.") for k in weights):
         raise InteropError(f"{folder}: {WEIGHTS_FILE} does not match its config (layers {adapted}, leave_out "
                            f"{sorted(leave_out)})")
+    sizes = {index: _bottleneck_of(config.get("reduction_factor"), index, d, folder) for index in adapted}
+    bottleneck = max(sizes.values(), default=0)
     scaling = config.get("scaling", 1.0)
     parallel_scale = float(scaling) if placement == "parallel" and not isinstance(scaling, str) else 1.0
     renamed = {}
@@ -375,10 +373,17 @@ def read_adapterhub(folder: Path) -> dict:
         if layer_weights[index]:
             raise _refuse(folder, f"layer {index} holds more than a {PRESET_NAMES[placement]} adapter: "
                                   f"{sorted(layer_weights[index])[:3]}")
-    shapes = {t.shape for k, t in renamed.items() if k.endswith("down.weight")}
-    if shapes != {torch.Size([bottleneck, d])}:
-        raise InteropError(f"{folder}: its down-projections have shapes {sorted(map(list, shapes))}, its config says "
-                           f"[{bottleneck}, {d}]")
+    for key, tensor in renamed.items():
+        index = int(LAYER_NAME.fullmatch(key).group(1))
+        if key.endswith("down.weight") and tensor.shape != (sizes[index], d):
+            raise InteropError(f"{folder}: layer {index}'s down-projection has shape {list(tensor.shape)}, its config "
+                               f"says [{sizes[index]}, {d}]")
+    renamed = {key: _padded(key, tensor, bottleneck) for key, tensor in renamed.items()}
+    notes = dropout_note(config.get("dropout", 0.0), "dropout")
+    if len(set(sizes.values())) > 1:
+        notes.append(f"its bottleneck differs between layers ({', '.join(f'{i}: {r}' for i, r in sizes.items())}): "
+                     f"each adapter is padded with zero units to r = {bottleneck}, which computes the same; training "
+                     "it further would train those units too")
 
     def apply(model):
         n_layers = model.config.num_hidden_layers
@@ -393,8 +398,30 @@ def read_adapterhub(folder: Path) -> dict:
         copy_into(model, {**renamed, **head}, str(folder))
 
     return {"method": placement, "base_model": hub.get("model_name") or "", "num_labels": num_labels, "name": name,
-            "labels": _head_labels(folder), "apply": apply,
-            "notes": dropout_note(config.get("dropout", 0.0), "dropout")}
+            "labels": _head_labels(folder), "apply": apply, "notes": notes}
+
+
+def _bottleneck_of(factor, index: int, d: int, folder: Path) -> int:
+    """Layer ``index``'s bottleneck as AdapterHub sizes it, ``int(d // reduction_factor)``; the factor is one number
+    or, per layer, {"<layer>": factor, "default": factor}."""
+    if isinstance(factor, Mapping):
+        factor = factor.get(str(index), factor.get("default"))
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 0:
+        raise InteropError(f"{folder}: its reduction_factor gives layer {index} no size ({factor!r}); the folder is "
+                           "damaged")
+    return int(d // factor)
+
+
+def _padded(name: str, tensor: torch.Tensor, bottleneck: int) -> torch.Tensor:
+    """An adapter tensor with zero units added up to ``bottleneck``: zero rows of the down-projection and its bias,
+    zero columns of the up-projection. A zero unit adds W_up[:, j]·f(0) = 0 whatever f is: the same adapter."""
+    if name.endswith(("down.weight", "down.bias")):
+        missing = bottleneck - tensor.shape[0]
+        return torch.cat([tensor, tensor.new_zeros(missing, *tensor.shape[1:])]) if missing else tensor
+    if name.endswith("up.weight"):
+        missing = bottleneck - tensor.shape[1]
+        return torch.cat([tensor, tensor.new_zeros(tensor.shape[0], missing)], dim=1) if missing else tensor
+    return tensor
 
 
 def _fold_scale(tensors: dict, up: str, scale) -> None:
@@ -478,43 +505,104 @@ def _flexible_head(folder: Path, head_config: dict, weights: dict) -> dict:
     return head
 
 
+#: Where AdapterHub's LoRAConfig puts its matrices in a BERT layer: attn_matrices (with selfattn_lora), and the
+#: FFN's two dense layers (intermediate_lora, output_lora).
+HUB_LORA_MODULES = {"q": "attention.self.query", "k": "attention.self.key", "v": "attention.self.value",
+                    "intermediate": "intermediate.dense", "output": "output.dense"}
+
+
 def _read_lora(folder: Path, hub: dict) -> dict:
-    """An AdapterHub LoRA of the query and value projections in every layer (what adapterlab's LoRA computes)."""
-    from ..model.lora import LORA_TARGETS, add_lora
+    """An AdapterHub LoRA on any of the query, key and value projections and the FFN's dense layers, in the layers
+    ``leave_out`` leaves: adapterlab's LoRA of the smallest target set holding those modules, with zero matrices
+    where the library has none (:func:`~adapterlab.interop.common.lora_targets_holding`), which computes the same."""
+    from ..model.lora import LORA_TARGET_SETS, LORA_TARGETS, add_lora
 
     config, name = hub["config"], hub.get("name")
-    wanted = {"selfattn_lora": True, "intermediate_lora": False, "output_lora": False, "composition_mode": "add",
-              "use_gating": False, "use_dora": False, "vera_b": None, "vera_d": None, "leave_out": []}
+    wanted = {"composition_mode": "add", "use_gating": False, "use_dora": False}
     for field, value in wanted.items():
         if config.get(field, value) != value:
             raise InteropError(f"{folder}: its LoRAConfig sets {field} = {config.get(field)!r}; adapterlab's LoRA "
                                f"computes {field} = {value!r}, so it is not imported")
-    if sorted(config.get("attn_matrices") or []) != ["q", "v"]:
-        raise InteropError(f"{folder}: its LoRA adapts the attention matrices {config.get('attn_matrices')}; "
-                           "adapterlab's LoRA in AdapterHub's format adapts q and v (attn_matrices=['q', 'v'])")
+    matrices = config.get("attn_matrices") or []
+    unknown = [m for m in matrices if m not in ("q", "k", "v")]
+    if unknown:
+        raise InteropError(f"{folder}: its LoRA adapts the attention matrices {unknown}, which BERT does not have")
+    configured = {HUB_LORA_MODULES[m] for m in matrices if config.get("selfattn_lora", True)}
+    configured |= {HUB_LORA_MODULES[part] for part in ("intermediate", "output") if config.get(f"{part}_lora")}
+    holding = lora_targets_holding(configured)
+    if not configured or holding is None:
+        raise InteropError(f"{folder}: its LoRA adapts {sorted(configured) or 'no module'}, which is in neither of "
+                           "adapterlab's target sets (query_value, all_dense)")
+    targets, added = holding
     rank, alpha = int(config["r"]), float(config.get("alpha", 8))
     if _version_below(hub.get("version", ""), (1, 1, 0)):
         alpha = float(rank)  # as the library reads it: before 1.1.0 its LoRA scaled by 1, so it resets alpha to r
     weights = read_weights(folder, WEIGHTS_FILE, TORCH_WEIGHTS_FILE, RESAVE)
+    vera = config.get("vera_d") is not None or config.get("vera_b") is not None
+    if vera:
+        weights = _vera_as_lora(weights, name, folder)
     head, layernorms, pooler, num_labels = _read_head(folder)
     if layernorms:
         raise InteropError(f"{folder}: {BACKBONE_FILE} holds LayerNorms, which adapterlab's LoRA does not train")
     renamed = {}
     for key, tensor in weights.items():
         ours = key.replace(f".loras.{name}.", ".")
-        if not LAYER_NAME.fullmatch(ours) or not any(f".{LORA_TARGETS[t]}.lora_" in ours for t in ("query", "value")):
-            raise InteropError(f"{folder}: it holds {key}, which adapterlab's LoRA has no place for")
+        match = LAYER_NAME.fullmatch(ours)
+        if not match or match.group(2) not in {f"{module}.{m}" for module in configured for m in ("lora_A", "lora_B")}:
+            raise InteropError(f"{folder}: it holds {key}, which its config's LoRA has no place for")
         renamed[ours] = tensor
+    leave_out = set(config.get("leave_out") or [])
 
     def apply(model):
-        expected = {f"{BASE}.encoder.layer.{i}.{LORA_TARGETS[t]}.{m}" for i in range(model.config.num_hidden_layers)
-                    for t in ("query", "value") for m in ("lora_A", "lora_B")}
+        layers = [i for i in range(model.config.num_hidden_layers) if i not in leave_out]
+        expected = {f"{BASE}.encoder.layer.{i}.{module}.{m}" for i in layers for module in configured
+                    for m in ("lora_A", "lora_B")}
         if set(renamed) != expected:
-            raise InteropError(f"{folder}: its LoRA matrices are not one pair per query and value in each layer of "
-                               "this backbone: pass the --backbone it was trained on")
-        add_lora(model, rank=rank, alpha=alpha, targets="query_value", train_pooler=pooler)
-        copy_into(model, {**renamed, **head}, str(folder))
+            raise InteropError(f"{folder}: its LoRA matrices are not one pair per adapted module in each layer of this "
+                               "backbone that leave_out leaves: pass the --backbone it was trained on")
+        add_lora(model, rank=rank, alpha=alpha, targets=targets, train_pooler=pooler)
+        zeros = {key: torch.zeros_like(model.get_parameter(key))
+                 for key in (f"{BASE}.encoder.layer.{i}.{LORA_TARGETS[t]}.{m}"
+                             for i in range(model.config.num_hidden_layers) for t in LORA_TARGET_SETS[targets]
+                             for m in ("lora_A", "lora_B"))
+                 if key not in renamed}
+        copy_into(model, {**renamed, **zeros, **head}, str(folder))
 
+    notes = [*dropout_note(config.get("dropout", 0.0), "dropout"), *zero_modules_note(targets, added)]
+    if leave_out:
+        notes.append(f"the layers it leaves out ({sorted(leave_out)}) get zero matrices: this computes the same")
+    if vera:
+        notes.append(f"VeRA comes in as adapterlab's LoRA of r = {rank}: its shared matrices multiplied by the trained "
+                     "ones (vera_B·B, vera_D·A), the same update; training it further trains the whole matrices")
     return {"method": "lora", "base_model": hub.get("model_name") or "", "num_labels": num_labels, "name": name,
-            "labels": _head_labels(folder), "apply": apply,
-            "notes": dropout_note(config.get("dropout", 0.0), "dropout")}
+            "labels": _head_labels(folder), "apply": apply, "notes": notes}
+
+
+def _vera_as_lora(weights: dict, name: str, folder: Path) -> dict:
+    """An AdapterHub VeRA's tensors as the LoRA they compute. Each module adds scaling · vera_B·B·vera_D·A x, with
+    A (r × in) and B (out × r) random, frozen and shared by every module (``shared_parameters``) and the square
+    vera_D (r × r) and vera_B (out × out) trained: the LoRA lora_A = vera_D·A, lora_B = vera_B·B, exactly."""
+    shared = {}
+    for matrix in ("lora_A", "lora_B"):
+        keys = [key for key in weights if key.endswith(f"shared_parameters.{name}.{matrix}")]
+        if len(keys) != 1:
+            raise InteropError(f"{folder}: its VeRA lacks the shared {matrix} (shared_parameters.{name}.{matrix}); the "
+                               "folder is damaged")
+        shared[matrix] = weights[keys[0]]
+    lora = {}
+    for key, tensor in weights.items():
+        if "shared_parameters." in key:
+            continue
+        if key.endswith(".vera_D"):
+            if tensor.shape[1] != shared["lora_A"].shape[0]:
+                raise InteropError(f"{folder}: {key} has shape {list(tensor.shape)}, which does not fit the shared "
+                                   f"lora_A {list(shared['lora_A'].shape)}; the folder is damaged")
+            lora[key.removesuffix("vera_D") + "lora_A"] = tensor @ shared["lora_A"]
+        elif key.endswith(".vera_B"):
+            if tensor.shape[1] != shared["lora_B"].shape[0]:
+                raise InteropError(f"{folder}: {key} has shape {list(tensor.shape)}, which does not fit the shared "
+                                   f"lora_B {list(shared['lora_B'].shape)}; the folder is damaged")
+            lora[key.removesuffix("vera_B") + "lora_B"] = tensor @ shared["lora_B"]
+        else:
+            lora[key] = tensor
+    return lora

@@ -63,6 +63,29 @@ def read_set(folder) -> tuple[dict, dict[str, torch.Tensor]]:
     return manifest, read_tensors(Path(folder), manifest)
 
 
+def lora_targets_holding(paths: set[str]) -> tuple[str, list[str]] | None:
+    """The smallest of adapterlab's LoRA target sets whose modules include ``paths`` (a LoRA's modules inside a
+    layer, ``attention.self.query`` ...), and the modules it has beyond them; None where no target set holds them.
+
+    A module beyond them imports with lora_A = lora_B = 0, which adds B·A·x = 0: a LoRA of query, key and value
+    is exactly adapterlab's all_dense with zero matrices on the three other dense layers."""
+    from ..model.lora import LORA_TARGET_SETS, LORA_TARGETS
+
+    for name, members in sorted(LORA_TARGET_SETS.items(), key=lambda item: len(item[1])):
+        modules = [LORA_TARGETS[member] for member in members]
+        if set(paths) <= set(modules):
+            return name, [module for module in modules if module not in paths]
+    return None
+
+
+def zero_modules_note(targets: str, added: list[str]) -> list[str]:
+    """What import says when it adds LoRA modules with zero matrices (:func:`lora_targets_holding`)."""
+    if not added:
+        return []
+    return [f"imported as --lora-targets {targets}, with zero matrices on {', '.join(added)}: this computes the same "
+            "(B·A = 0 there); training it further would train those modules too"]
+
+
 def layer_tensors(tensors: dict[str, torch.Tensor]) -> dict[int, dict[str, torch.Tensor]]:
     """{layer index: {name inside the layer: tensor}} for the tensors of the encoder's layers."""
     layers: dict[int, dict[str, torch.Tensor]] = {}
@@ -239,7 +262,8 @@ def check_library_folder(folder: Path, kind: str) -> None:
     config = read_json(path)
     if kind == "peft":
         lora = config.get("peft_type") == "LORA"
-        _check_fields(path, config, PEFT_FIELDS, required=("r", "lora_alpha") if lora else ())
+        _check_fields(path, config, PEFT_FIELDS, required=("r", "lora_alpha") if lora
+                      else ("r",) if config.get("peft_type") == "VERA" else ())
         rank = config["r"] if lora and not config.get("rank_pattern") else None  # rank_pattern: ranks differ
     else:
         rank = _check_adapterhub(path, config)

@@ -17,7 +17,8 @@ PEFT's folder has no place for the number and names of the labels: the base mode
 (``num_labels``, ``id2label``, ``label2id``), as the folder's README.md shows; adapterlab_export.json records them.
 
 Reading takes what users save: the targets are read from the matrices the folder holds (a list, a regex or
-``layers_to_transform`` that name adapterlab's targets all come in); ``use_rslora``, ``rank_pattern``,
+``layers_to_transform``; a LoRA of some of the encoder's dense layers, query, key and value say, comes in as the
+smallest adapterlab target set holding them, with zero matrices on the rest, which compute the same); ``use_rslora``, ``rank_pattern``,
 ``alpha_pattern`` and ``layers_to_transform`` are exact changes of the matrices; dropout acts in training only;
 ``adapter_model.bin`` is read with torch's restricted unpickler; the model's ``config.json`` saved beside the
 adapter names the classifier's rows (its ``id2label``). A LoRA whose init rewrites the base weights (PiSSA, OLoRA,
@@ -34,8 +35,9 @@ from pathlib import Path
 import safetensors.torch
 import torch
 
-from .common import (BASE, EXPORT_FILE, InteropError, copy_into, hub_name, layer_tensors, load_preamble, read_json,
-                     read_weights, split_backbone_tensors, stated_labels, write_json)
+from .common import (BASE, EXPORT_FILE, InteropError, copy_into, hub_name, layer_tensors, load_preamble,
+                     lora_targets_holding, read_json, read_weights, split_backbone_tensors, stated_labels, write_json,
+                     zero_modules_note)
 
 CONFIG_FILE = "adapter_config.json"
 #: The model's transformers config, which a PEFT folder may hold beside the adapter (model.config.save_pretrained).
@@ -224,9 +226,11 @@ def read_peft(folder: Path) -> dict:
     config = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
     if config.get("peft_type") == "IA3":
         return _read_ia3(folder, config)
+    if config.get("peft_type") == "VERA":
+        return _read_vera(folder, config)
     if config.get("peft_type") != "LORA":
-        raise InteropError(f"{folder}: its peft_type is {config.get('peft_type')!r}; adapterlab imports LORA "
-                           "(adapterlab's lora) and IA3 (adapterlab's ia3) folders")
+        raise InteropError(f"{folder}: its peft_type is {config.get('peft_type')!r}; adapterlab imports LORA and "
+                           "VERA (adapterlab's lora) and IA3 (adapterlab's ia3) folders")
     saved = _task_check(config, folder)
     _init_check(config, folder)
     for field, value in PLAIN_LORA.items():
@@ -250,27 +254,90 @@ def read_peft(folder: Path) -> dict:
         elif name not in head:
             raise InteropError(f"{folder}: it holds {name}, which adapterlab's LoRA has no place for")
     targets, rank, alpha, renamed = _lora_as_ours(config, pairs, folder)
-    notes = dropout_note(config.get("lora_dropout", 0.0), "lora_dropout")
+    notes = [*dropout_note(config.get("lora_dropout", 0.0), "lora_dropout"),
+             *zero_modules_note(targets, lora_targets_holding({path for _, path in pairs})[1])]
 
     def apply(model):
-        from ..model.lora import LORA_TARGETS, LORA_TARGET_SETS, add_lora
+        _put_lora(model, folder, config, pairs, targets, rank, alpha, renamed, head, train_pooler="pooler" in saved)
 
-        n_layers = model.config.num_hidden_layers
-        layers = sorted({index for index, _ in pairs})
-        # LoRA in fewer layers than the model has is the model PEFT saved when its config picks the layers (by
-        # number, by a target regex, or by modules left out); with a target list alone, it came from another backbone
-        picked = (config.get("layers_to_transform") is not None or isinstance(config.get("target_modules"), str)
-                  or bool(config.get("exclude_modules")))
-        if layers[-1] >= n_layers or (len(layers) < n_layers and not picked):
-            raise InteropError(f"{folder}: its LoRA sits in layers {layers} of a model with {n_layers}: pass the "
-                               "--backbone it was trained on")
-        add_lora(model, rank=rank, alpha=alpha, targets=targets, train_pooler="pooler" in saved)
-        # the layers PEFT leaves alone (layers_to_transform) get adapterlab's LoRA with A = B = 0
-        zeros = {name: torch.zeros_like(model.get_parameter(name))
-                 for name in (f"{BASE}.encoder.layer.{i}.{LORA_TARGETS[t]}.{m}" for i in range(n_layers)
-                              for t in LORA_TARGET_SETS[targets] for m in ("lora_A", "lora_B"))
-                 if name not in renamed}
-        copy_into(model, {**renamed, **zeros, **head}, str(folder))
+    return {"method": "lora", "base_model": config.get("base_model_name_or_path") or "",
+            "num_labels": head["classifier.weight"].shape[0], "name": None, "labels": _model_labels(folder),
+            "apply": apply, "notes": notes}
+
+
+def _put_lora(model, folder: Path, config: dict, pairs: dict, targets: str, rank: int, alpha: float, renamed: dict,
+              head: dict, *, train_pooler: bool) -> None:
+    """Add adapterlab's LoRA of ``targets`` to ``model`` and copy in ``renamed`` (the folder's matrices, by the
+    model's names, for the (layer, module) ``pairs`` it adapts) and ``head``; every other LoRA module of the target
+    set gets A = B = 0, which adds nothing."""
+    from ..model.lora import LORA_TARGETS, LORA_TARGET_SETS, add_lora
+
+    n_layers = model.config.num_hidden_layers
+    layers = sorted({index for index, _ in pairs})
+    # LoRA in fewer layers than the model has is the model PEFT saved when its config picks the layers (by number,
+    # by a target regex, or by modules left out); with a target list alone, it came from another backbone
+    picked = (config.get("layers_to_transform") is not None or isinstance(config.get("target_modules"), str)
+              or bool(config.get("exclude_modules")))
+    if layers[-1] >= n_layers or (len(layers) < n_layers and not picked):
+        raise InteropError(f"{folder}: its {config.get('peft_type', 'LORA')} sits in layers {layers} of a model with "
+                           f"{n_layers}: pass the --backbone it was trained on")
+    add_lora(model, rank=rank, alpha=alpha, targets=targets, train_pooler=train_pooler)
+    zeros = {name: torch.zeros_like(model.get_parameter(name))
+             for name in (f"{BASE}.encoder.layer.{i}.{LORA_TARGETS[t]}.{m}" for i in range(n_layers)
+                          for t in LORA_TARGET_SETS[targets] for m in ("lora_A", "lora_B"))
+             if name not in renamed}
+    copy_into(model, {**renamed, **zeros, **head}, str(folder))
+
+
+def _read_vera(folder: Path, config: dict) -> dict:
+    """PEFT's VeRA as adapterlab's LoRA, exactly. VeRA adds λ_b ⊙ B(λ_d ⊙ A x), with A (r × in) and B (out × r)
+    random projections shared by every module (each module slices them to its size) and only the vectors λ_d and
+    λ_b trained: the LoRA update B'A' with A' = diag(λ_d)·A and B' = diag(λ_b)·B at scale 1 (alpha = r)."""
+    saved = _task_check(config, folder)
+    for field, value in {"bias": "none", "fan_in_fan_out": False}.items():
+        if config.get(field, value) != value:
+            raise InteropError(f"{folder}: its VeraConfig sets {field} = {config.get(field)!r}; adapterlab's LoRA "
+                               f"computes {field} = {value!r}, so it is not imported")
+    weights = _read_weights(folder)
+    head = _head(weights, saved, folder)
+    shared = {name: weights.get(f"base_model.vera_{name}") for name in ("A", "B")}
+    if shared["A"] is None or shared["B"] is None:
+        raise InteropError(f"{folder}: it was saved without VeRA's shared projections (save_projection=False), which "
+                           "PEFT makes again from projection_prng_key with its own initialiser: save it with "
+                           "save_projection=True (PEFT's default) to import it")
+    rank = int(config["r"])
+    pairs = {}
+    for name, tensor in weights.items():
+        match = re.fullmatch(rf"{BASE}\.encoder\.layer\.(\d+)\.([\w.]+)\.vera_lambda_(b|d)", name)
+        if match:
+            pairs.setdefault((int(match.group(1)), match.group(2)), {})[match.group(3)] = tensor
+        elif name not in head and not name.startswith("base_model.vera_"):
+            raise InteropError(f"{folder}: it holds {name}, which VeRA as adapterlab's LoRA has no place for")
+    if not pairs or any(set(pair) != {"b", "d"} or pair["d"].shape != (rank,) for pair in pairs.values()):
+        raise InteropError(f"{folder}: its VeRA vectors are not one λ_b and one λ_d of r = {rank} per module; the "
+                           "folder is damaged")
+    holding = lora_targets_holding({path for _, path in pairs})
+    if holding is None:
+        raise InteropError(f"{folder}: its VeRA adapts {sorted({path for _, path in pairs})}, which is in neither of "
+                           "adapterlab's LoRA target sets (query_value, all_dense)")
+    targets, added = holding
+    notes = [*dropout_note(config.get("vera_dropout", 0.0), "vera_dropout"), *zero_modules_note(targets, added),
+             f"VeRA comes in as adapterlab's LoRA of r = {rank}: its shared projections scaled by the trained vectors "
+             "(diag(λ_b)·B, diag(λ_d)·A), the same update; training it further trains the whole matrices"]
+
+    def apply(model):
+        renamed = {}
+        for (index, path), pair in pairs.items():
+            module = model.get_submodule(f"{BASE}.encoder.layer.{index}.{path}")
+            a, b = shared["A"][:, :module.in_features], shared["B"][:module.out_features, :]
+            if a.shape != (rank, module.in_features) or b.shape != (module.out_features, rank):
+                raise InteropError(f"{folder}: its shared projections ({list(shared['A'].shape)}, "
+                                   f"{list(shared['B'].shape)}) are too small for layer {index}'s {path}: pass the "
+                                   "--backbone it was trained on")
+            renamed[f"{BASE}.encoder.layer.{index}.{path}.lora_A"] = pair["d"][:, None] * a
+            renamed[f"{BASE}.encoder.layer.{index}.{path}.lora_B"] = pair["b"][:, None] * b
+        _put_lora(model, folder, config, pairs, targets, rank, float(rank), renamed, head,
+                  train_pooler="pooler" in saved)
 
     return {"method": "lora", "base_model": config.get("base_model_name_or_path") or "",
             "num_labels": head["classifier.weight"].shape[0], "name": None, "labels": _model_labels(folder),
@@ -286,16 +353,14 @@ def _lora_as_ours(config: dict, pairs: dict, folder: Path) -> tuple[str, int, fl
     """(target set, rank, alpha, matrices by adapterlab's names) computing what PEFT computes with these matrices:
     each module's scale (alpha / r, or alpha / √r with use_rslora; alpha_pattern) folded into its B, each rank
     (rank_pattern) padded with zero rows of A and zero columns of B to the largest."""
-    from ..model.lora import LORA_TARGETS, LORA_TARGET_SETS
-
     paths = {path for _, path in pairs}
-    targets = next((name for name, members in LORA_TARGET_SETS.items()
-                    if paths == {LORA_TARGETS[t] for t in members}), None)
-    if targets is None:
+    holding = lora_targets_holding(paths)
+    if holding is None:
         raise InteropError(
-            f"{folder}: its LoRA adapts {sorted(paths)} in each layer, which is neither of adapterlab's target sets "
-            "(query and value: --lora-targets query_value; every dense layer of every encoder layer, the pooler's "
-            "not: --lora-targets all_dense); it is not imported")
+            f"{folder}: its LoRA adapts {sorted(paths)} in each layer, which is in neither of adapterlab's target "
+            "sets (query and value: --lora-targets query_value; every dense layer of every encoder layer, the "
+            "pooler's not: --lora-targets all_dense); it is not imported")
+    targets = holding[0]
     rank = max(pair["lora_A"].shape[0] for pair in pairs.values() if "lora_A" in pair)
     default_alpha, rslora = float(config["lora_alpha"]), bool(config.get("use_rslora"))
 
