@@ -5,12 +5,13 @@ difference, the seeds it says would find a gap, pairing by seed and Holm's proce
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
 from scipy import stats
 
-from adapterlab.runs.compare import MARGINS, compare, family, holm
+from adapterlab.runs.compare import MARGINS, compare, family, holm, level_bound, shown
 from adapterlab.runs.reference import SeedRow
 
 SIMULATIONS = 3000
@@ -269,3 +270,45 @@ def test_the_seeds_it_names_are_the_fewest_at_which_scipy_s_noncentral_t_gives_t
 
         n = verdict.seeds_for_power
         assert n is not None and power(n) >= 0.8 and (n == 2 or power(n - 1) < 0.8), (n, power(n))
+
+
+def _said_interval(line: str) -> tuple[float, float]:
+    low, high = re.search(r"95 % interval ([+-][\d.]+) to ([+-][\d.]+)", line).groups()
+    return float(low), float(high)
+
+
+def test_a_level_line_never_shows_its_interval_on_or_past_the_bound_it_states():
+    """"level (any difference under B): ... interval L to H": read back as numbers, every end is strictly under B,
+    B is above every value the interval holds and within the margin, and an end is shown on the margin only
+    where it is on it. Drawn near the edges: ends a few hundredths from a tenth, from the margin, and on them."""
+    generator = np.random.default_rng(7)
+    lines = 0
+    for _ in range(400):
+        n, spread = generator.integers(3, 9), generator.choice([0.0005, 0.001, 0.002, 0.003])
+        shift = generator.choice([0.0, 0.0047, 0.0097, 0.0045, 0.005, -0.0047])
+        verdict = compare(0.86 + shift + generator.normal(0, spread, n), 0.86 + generator.normal(0, spread, n))
+        if verdict.verdict != "level":
+            continue
+        lines += 1
+        line = verdict.describe()
+        bound = float(re.search(r"any difference under ([\d.]+) points", line).group(1))
+        low, high = _said_interval(line)
+        assert max(abs(low), abs(high)) < bound <= 1.0, line
+        assert max(abs(100 * verdict.low), abs(100 * verdict.high)) < bound, line
+        for said, true in ((low, 100 * verdict.low), (high, 100 * verdict.high)):
+            assert said == pytest.approx(true, abs=0.05), line  # the value is the interval's, to its last decimal
+    assert lines > 50
+
+
+@pytest.mark.parametrize(("value", "bounds", "text"), [
+    (0.97, (1.0,), "+0.97"), (1.03, (1.0,), "+1.03"), (-0.999, (1.0,), "-0.999"), (1.0, (1.0,), "+1.0"),
+    (0.43, (1.0,), "+0.4"), (0.47, (1.0, 0.5), "+0.47"), (-1.97, (2.0,), "-1.97"), (0.47, (), "+0.5"),
+])
+def test_an_end_is_shown_with_the_decimals_that_keep_it_off_a_bound_it_is_not_on(value, bounds, text):
+    assert shown(value, bounds) == text
+
+
+@pytest.mark.parametrize(("low", "high", "bound"), [(-0.43, 0.2, 0.5), (-0.4, 0.47, 0.5), (0.1, 0.5, 0.6),
+                                                    (-1.97, 1.5, 2.0), (0.0, 0.0, 0.1)])
+def test_a_level_bound_is_the_next_tenth_above_the_interval(low, high, bound):
+    assert level_bound(low, high) == pytest.approx(bound)

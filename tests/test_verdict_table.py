@@ -144,3 +144,24 @@ def test_a_family_taller_than_a_slide_is_cut_between_rows_and_each_part_fits():
 def test_a_table_of_nothing_stored_still_reads(verdicts):
     table = decided_table(verdicts)
     assert str(table).splitlines()[0].startswith("compared")
+
+
+def test_a_row_never_shows_an_interval_end_on_the_margin_it_does_not_reach():
+    """"level: the interval inside ±1.0" under a row whose end shows +1.0 would read as touching the margin; an
+    end within a twentieth of it gets the decimals that show which side it is on."""
+    generator = np.random.default_rng(11)
+    near = []
+    for _ in range(300):
+        n, spread = generator.integers(3, 7), generator.choice([0.001, 0.002, 0.003])
+        shift = generator.choice([0.006, 0.008, 0.01, 0.012])
+        near.append(compare(0.86 + shift + generator.normal(0, spread, n), 0.86 + generator.normal(0, spread, n)))
+    table = VerdictTable(tuple(near))
+    shown_on_margin = 0
+    for verdict, row in zip(near, table.rows()):
+        low, high = (float(end) for end in row[2].split(" to "))
+        for said, true in ((low, 100 * verdict.low), (high, 100 * verdict.high)):
+            assert said == pytest.approx(true, abs=0.05)
+            if 0.0005 <= abs(abs(true) - 1.0) < 0.05:  # nearer than that, three decimals show it on the margin
+                shown_on_margin += 1
+                assert (abs(said) < 1.0) == (abs(true) < 1.0) and abs(said) != 1.0, row
+    assert shown_on_margin > 10

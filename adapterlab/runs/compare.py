@@ -113,7 +113,9 @@ class Comparison:
         if self.verdict == "behind":  # said the way round it reads: the one ahead first, its lead positive
             d, lo, hi = -d, -hi, -lo
         seeds = self.seeds(swapped=self.verdict == "behind")
-        interval = f"difference {d:+.1f}{unit}, 95 % interval {lo:+.1f} to {hi:+.1f}; {seeds}"
+        bound = level_bound(lo, hi) if self.verdict == "level" else None
+        bounds = (m,) if bound is None else (m, bound)
+        interval = f"difference {d:+.1f}{unit}, 95 % interval {shown(lo, bounds)} to {shown(hi, bounds)}; {seeds}"
         if self.family_size > 1:
             interval += f"; Holm over {self.family_size} verdicts"
         if self.verdict == "ahead":
@@ -121,7 +123,7 @@ class Comparison:
         elif self.verdict == "behind":
             said = f"{self.b} ahead of {self.a}"
         elif self.verdict == "level":
-            said = f"{self.a} level with {self.b} (any difference under {max(abs(lo), abs(hi)):.1f}{unit})"
+            said = f"{self.a} level with {self.b} (any difference under {bound:.1f}{unit})"
         elif n_a < 2 or (n_b is not None and n_b < 2):
             return f"{self.a} vs {self.b}: undecided, fewer than 2 seeds on a side ({self.seeds()})"
         elif self.interval_alone in ("ahead", "behind"):
@@ -137,6 +139,24 @@ class Comparison:
         """How many seeds would find a true gap of one margin (given scaled, in ``unit``), in words."""
         many = f"not even {MOST_SEEDS}" if self.seeds_for_power is None else f"{self.seeds_for_power}"
         return f"{many} seeds each would find a true gap of {margin:.1f}{unit} {round(10 * POWER)} times in 10"
+
+
+def shown(value: float, bounds=()) -> str:
+    """``value`` signed with one decimal, or with as many more (up to three) as it takes not to show it on a bound
+    it does not equal: beside a margin of 1.0 an interval's end 0.97 is "+0.97", not "+1.0", which would read
+    as touching the margin (or, for 1.03, as inside it)."""
+    for decimals in (1, 2, 3):
+        text = f"{value:+.{decimals}f}"
+        if not any(math.isclose(abs(float(text)), bound) and not math.isclose(abs(value), bound)
+                   for bound in bounds):
+            break
+    return text
+
+
+def level_bound(low: float, high: float) -> float:
+    """The bound a level verdict states, "any difference under B": the interval's largest end, rounded up to the
+    next tenth (0.43 and 0.47 give 0.5, 0.5 gives 0.6), so that B is above every value the interval holds."""
+    return (math.floor(max(abs(low), abs(high)) * 10 + 1e-9) + 1) / 10
 
 
 def _values(side) -> np.ndarray:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 
-from .compare import POWER, Comparison, family
+from .compare import POWER, Comparison, family, shown
 
 COLUMNS = ("compared", "difference", "95 % interval", "verdict", "seeds")
 
@@ -55,7 +55,8 @@ class VerdictTable:
             d, lo, hi = (self.scale * x for x in (verdict.difference, verdict.low, verdict.high))
             seeds = f"{verdict.n_a} paired" if verdict.paired else \
                 str(verdict.n_a) if verdict.n_b is None or verdict.n_b == verdict.n_a else f"{verdict.n_a} and {verdict.n_b}"
-            rows.append((self._label(index, verdict), f"{d:+.1f}", f"{lo:+.1f} to {hi:+.1f}",
+            margin = (self.scale * verdict.margin,)
+            rows.append((self._label(index, verdict), f"{d:+.1f}", f"{shown(lo, margin)} to {shown(hi, margin)}",
                          _verdict_words(verdict), seeds))
         if any(verdict is not None and verdict.verdict == "undecided" for verdict in self.verdicts):
             rows = [(*row, self._settle(verdict)) for row, verdict in zip(rows, self.verdicts)]
