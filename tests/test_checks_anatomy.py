@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
 
 from adapterlab.teaching import checks_anatomy as ca
 from adapterlab.teaching.notebook import anatomy
@@ -328,3 +329,61 @@ def test_a_float_zero_for_all_zeros_is_still_a_float():
         return 0.0 if result == 0 else result
 
     _fails(zero_as_float, words=("64 zeros", "returned 0.0, a float", "here 0"))
+
+
+# ------------------------------------------------------------------------------------
+# Drawn cases: sizes the fixed cases never have, shown at their smallest
+# ------------------------------------------------------------------------------------
+
+
+def written_for_64_values(singular_values, energy=0.9):
+    """Right on every spectrum of at most 64 values: the loop stops at the lab's r."""
+    squares = sorted((float(s) ** 2 for s in singular_values), reverse=True)
+    total = sum(squares)
+    if total == 0:
+        return 0
+    running = 0.0
+    for k in range(64):
+        running += squares[k]
+        if running >= energy * total:
+            return k + 1
+    return 64
+
+
+def test_an_answer_written_for_64_values_passes_the_fixed_cases_and_fails_the_smallest_longer_one():
+    for what, values, energy in ca._effective_rank_cases():
+        assert written_for_64_values(values, energy) == ca._reference(values, energy), what
+    message = _fails(written_for_64_values, ["the drawn case of 65 values (65 × 0.125", "returned 64",
+                                             "the effective rank is 65", "does your code assume 64"])
+    assert not any(named in message for named in ca._MISTAKES.values())  # no guess at a catalogue mistake
+
+
+def float32_running_share(singular_values, energy=0.9):
+    squares = np.sort(np.asarray(singular_values, dtype=np.float32) ** 2)[::-1]
+    total = squares.sum(dtype=np.float32)
+    if total == 0:
+        return 0
+    running = np.float32(0)
+    for k, square in enumerate(squares, 1):
+        running += square
+        if running / total >= energy:
+            return k
+
+
+def searchsorted_count(singular_values, energy=0.9):
+    squares = _squares_largest_first(singular_values)
+    if squares.sum() == 0:
+        return 0
+    return int(np.searchsorted(np.cumsum(squares), energy * squares.sum())) + 1
+
+
+@settings(max_examples=200, derandomize=True, database=None, deadline=None)
+@given(ca._drawn_spectra())
+def test_every_right_way_of_counting_agrees_with_the_exact_count_on_every_drawn_case(case):
+    """The drawn cases are exact in floats, so no right answer (float64 or float32, a loop or numpy, a share
+    compared by division or by product) can be rejected on one."""
+    values, energy = case
+    expected = ca._reference(values, energy)
+    for answer in (my_effective_rank, with_numpy, float32_running_share, searchsorted_count):
+        assert answer(values, energy) == expected, answer.__name__
+        assert answer(values.tolist(), energy) == expected, answer.__name__

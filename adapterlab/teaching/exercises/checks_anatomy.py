@@ -4,8 +4,9 @@ adapter's W_up W_down (r = 64 values) to say how much of the bottleneck training
 so a count that is off misreads every adapter. The check compares the student's count
 with an exact one (fractions, no rounding) on spectra in random order, as float64 or
 float32 arrays and as a list, and on a tie at the threshold, one dominant value,
-trailing zeros, all zeros and a single value; it names the mistake a wrong count
-matches, and rejects a function that changes the caller's values.
+trailing zeros, all zeros and a single value, then on spectra hypothesis draws (1 to
+192 values), showing a wrong count's smallest failing one; it names the
+mistake a wrong count matches, and rejects a function that changes the caller's values.
 """
 
 from __future__ import annotations
@@ -200,6 +201,66 @@ def _effective_rank_cases():
     return cases
 
 
+#: How many spectra the check draws beyond its fixed cases (hypothesis, derandomized: the same ones every run),
+#: and their shape: up to RUNS runs of up to RUN_LONGEST equal values, so up to three times the lab's r, and a
+#: count written for 64 values is caught.
+DRAWN_EXAMPLES = 150
+RUNS, RUN_LONGEST = 6, 32
+LONGEST_DRAWN = RUNS * RUN_LONGEST
+#: Shares that are binary fractions: with values in eighths, energy × Σσ² and every running sum are exact floats.
+_SHARES = (0.5, 0.75, 1.0)
+
+
+def _drawn_spectra():
+    """(values, energy) drawn by hypothesis: 1 to LONGEST_DRAWN values in runs of equal ones, the runs in any
+    order, each value a multiple of 1/8 from 0 to 8, and a share of :data:`_SHARES`. Their squares, sums and
+    shares are exact floats (in float32 too) in any order, so every right way of counting agrees with the exact
+    count, ties at the threshold included. A failing case shrinks to the fewest and smallest values that still
+    fail."""
+    from hypothesis import strategies as st
+
+    # runs of equal values (how many, which eighth): few draws for a long spectrum, so drawing and shrinking
+    # stay fast, and ties come up as often as in a trained adapter's spectrum
+    runs = st.lists(st.tuples(st.integers(1, RUN_LONGEST), st.integers(0, 64)), min_size=1, max_size=RUNS)
+    spectra = runs.map(lambda drawn: np.repeat([value / 8 for _, value in drawn],
+                                               [count for count, _ in drawn]))
+    return st.tuples(spectra, st.sampled_from(_SHARES))
+
+
+def _drawn_what(values) -> str:
+    """A drawn case in words, by its runs of equal values: "the drawn case of 65 values (65 × 0.125)"."""
+    runs = []
+    for value in values:
+        if runs and runs[-1][1] == value:
+            runs[-1][0] += 1
+        else:
+            runs.append([1, value])
+    said = ", ".join(f"{count} × {value:g}" if count > 1 else f"{value:g}" for count, value in runs)
+    return f"the drawn case of {len(values)} value{'s' if len(values) > 1 else ''} ({said}, in this order)"
+
+
+def _smallest_failing(name: str, rank_fn):
+    """The smallest drawn case on which ``rank_fn`` fails :func:`_check_one` (hypothesis shrinks it), or None."""
+    from hypothesis import HealthCheck, find, settings
+    from hypothesis.errors import NoSuchExample
+
+    def fails(case) -> bool:  # the answer alone, unaudited: hypothesis calls it hundreds of times while shrinking
+        values, energy = case
+        try:
+            with np.errstate(all="ignore"):
+                got = rank_fn(values.copy(), energy)
+        except Exception:  # the failing case found is then checked in full, which names the error
+            return True
+        return isinstance(got, bool) or not isinstance(got, numbers.Integral) or got != _reference(values, energy)
+
+    drawing = settings(max_examples=DRAWN_EXAMPLES, derandomize=True, database=None, deadline=None,
+                       suppress_health_check=list(HealthCheck))
+    try:
+        return find(_drawn_spectra(), fails, settings=drawing)
+    except NoSuchExample:
+        return None
+
+
 def _unchanged(given, original) -> bool:
     if isinstance(original, list):
         return given == original
@@ -241,8 +302,11 @@ def _count(call: str, got, expected: int, zero: bool) -> int:
 
 
 def _check_one(name: str, rank_fn, what: str, values, energy: float,
-               default: bool = False) -> None:
-    """One case; ``default``: call without energy, which must then be 0.9."""
+               default: bool = False, named: bool = True) -> None:
+    """One case; ``default``: call without energy, which must then be 0.9. ``named``: name the catalogue's
+    mistake the count matches. A drawn case does not: an answer that passed the fixed cases, where each mistake
+    gives its own count, is none of them, and matching one on a single case would be a guess; it is told what
+    was measured instead (the case, the count, the exact count)."""
     expected = _reference(values, energy)
     zero = expected == 0
     if default:
@@ -268,6 +332,11 @@ def _check_one(name: str, rank_fn, what: str, values, energy: float,
         raise CheckFailed(f"{held} Without an energy argument your function must use "
                           f"the default, energy={DEFAULT_ENERGY} "
                           f"(def {name}(singular_values, energy={DEFAULT_ENERGY})).")
+    if not named:
+        longer = (f" It has {len(values)} values, more than the lab's {SPECTRUM_SIZE}: does your code assume "
+                  f"{SPECTRUM_SIZE}?") if len(values) > SPECTRUM_SIZE else ""
+        raise CheckFailed(f"{held} Your count was right on the fixed cases; this is the smallest drawn case where it "
+                          f"is not.{longer} Run your function on it and compare, step by step.")
     problem = next((_MISTAKES[mistake] for mistake, value in _mistakes(values, energy)
                     if value == count), None)
     if problem is None and energy == 1:
@@ -291,10 +360,14 @@ def check_effective_rank(rank_fn) -> None:
         _check_one(name, rank_fn, what, values, energy)
     what, values, _ = cases[0]
     _check_one(name, rank_fn, what, values, DEFAULT_ENERGY, default=True)
+    failing = _smallest_failing(name, rank_fn)
+    if failing is not None:
+        _check_one(name, rank_fn, _drawn_what(failing[0]), *failing, named=False)
     report_passed(
         f"Your effective rank matches an exact count on {len(cases)} spectra: 64 "
         "values in random order (energy 0.5, 0.9, 0.99 and 1.0; float64, float32 and a "
         "list), a tie at the threshold, one dominant value, trailing zeros, all zeros "
         "(0) and a single value; energy defaults to 0.9 and the caller's values are "
-        "left as they were."
+        f"left as they were; and on {DRAWN_EXAMPLES} drawn spectra of 1 to "
+        f"{LONGEST_DRAWN} values."
     )
