@@ -425,6 +425,18 @@ def test_matthews_degenerate_cases_and_cola_sizes(answer, words):
     _fails(ct.check_matthews, answer, words=words)
 
 
+def two_accuracy_minus_one(labels, predictions):
+    """2·accuracy − 1: on the check's first case it equals the score rounded to 2 decimals, nowhere else."""
+    return 2 * float(np.mean(np.asarray(labels) == np.asarray(predictions))) - 1
+
+
+def test_matthews_names_a_mistake_only_where_the_answer_makes_it_on_every_case():
+    """A number equal to one mistake's on the failing case is no diagnosis: the answer is told what was measured."""
+    message = _fails(ct.check_matthews, two_accuracy_minus_one, words=("40 random labels", "returned", "the Matthews "
+                                                                       "correlation is", "Count TP, TN, FP and FN"))
+    assert not any(mistake in message for _, mistake in ct._MATTHEWS_MISTAKES)
+
+
 def test_matthews_reports_a_stub_as_missing():
     _fails(ct.check_matthews, _stub, words=(MISSING,))
 

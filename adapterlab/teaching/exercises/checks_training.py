@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import math
 import numbers
 import os
@@ -458,25 +459,53 @@ def _mcc(tp: int, tn: int, fp: int, fn: int, root: bool = True, sign: int = -1) 
     return (tp * tn + sign * fp * fn) / (math.sqrt(product) if root else product)
 
 
-def _matthews_mistake(got: float, labels, predictions) -> str | None:
-    """Which known mistake gives ``got`` on this case, in words; None if none does."""
-    tp, tn, fp, fn = _counts(labels, predictions)
-    candidates = [
-        ((tp + tn) / len(labels), "You computed the accuracy, (TP + TN) / n. The Matthews correlation compares "
-         "TP·TN with FP·FN and normalises by the four row and column totals."),
-        (_mcc(tp, tn, fp, fn, root=False), "The denominator is missing its square root: divide by "
-         "√((TP+FP)(TP+FN)(TN+FP)(TN+FN))."),
-        (_mcc(tp, tn, fp, fn, sign=+1), "The numerator has the wrong sign: it is TP·TN − FP·FN (agreements "
-         "minus disagreements)."),
-        (_mcc(tp, fn, fp, tn), "You swapped TN and FN: a true negative is a 0 label predicted 0, a false negative "
-         "a 1 label predicted 0 (true/false says whether the prediction is right)."),
-    ]
+def _rounded_mcc(tp: int, tn: int, fp: int, fn: int, digits: int) -> float | None:
     right = _mcc(tp, tn, fp, fn)
-    candidates += [(round(right, digits), f"You rounded the score to {digits} decimal places: return it as computed, "
-                    "and round only where you print it.") for digits in (4, 3, 2, 1) if right is not None]
-    for value, message in candidates:
-        if value is not None and math.isclose(got, value, rel_tol=1e-6, abs_tol=1e-9):
-            return message
+    return None if right is None else round(right, digits)
+
+
+#: The catalogue's mistakes: what each computes from TP, TN, FP, FN (None where it has no value), and its message.
+_MATTHEWS_MISTAKES = [
+    (lambda tp, tn, fp, fn: (tp + tn) / (tp + tn + fp + fn), "You computed the accuracy, (TP + TN) / n. The "
+     "Matthews correlation compares TP·TN with FP·FN and normalises by the four row and column totals."),
+    (lambda tp, tn, fp, fn: _mcc(tp, tn, fp, fn, root=False), "The denominator is missing its square root: divide "
+     "by √((TP+FP)(TP+FN)(TN+FP)(TN+FN))."),
+    (lambda tp, tn, fp, fn: _mcc(tp, tn, fp, fn, sign=+1), "The numerator has the wrong sign: it is TP·TN − FP·FN "
+     "(agreements minus disagreements)."),
+    (lambda tp, tn, fp, fn: _mcc(tp, fn, fp, tn), "You swapped TN and FN: a true negative is a 0 label predicted 0, "
+     "a false negative a 1 label predicted 0 (true/false says whether the prediction is right)."),
+] + [
+    (functools.partial(_rounded_mcc, digits=digits), f"You rounded the score to {digits} decimal places: return it "
+     "as computed, and round only where you print it.")
+    for digits in (4, 3, 2, 1)
+]
+
+
+def _matthews_mistake(matthews_fn, cases) -> str | None:
+    """The catalogue's mistake whose value the answer returns on every case of ``cases`` where the mistake and the
+    right score differ, or None. A match on the one failing case is not enough: 2·accuracy − 1 equals the score
+    rounded to 2 decimals on some inputs, and would be told it rounded. The answer is called again, plainly (it
+    has passed the audit on the cases before the failing one)."""
+    answers = []
+    for _, labels, predictions in cases:
+        try:
+            with np.errstate(all="ignore"):
+                answers.append(_as_float(matthews_fn(labels.copy(), predictions.copy())))
+        except Exception:
+            answers.append(None)
+    for mistake, message in _MATTHEWS_MISTAKES:
+        compared = 0
+        for (_, labels, predictions), got in zip(cases, answers):
+            counts = _counts(labels, predictions)
+            wrong, right = mistake(*counts), _mcc(*counts)
+            if wrong is None or right is None or math.isclose(wrong, right, rel_tol=1e-6, abs_tol=1e-9):
+                continue  # the mistake is not told apart on this case
+            if got is None or not math.isclose(got, wrong, rel_tol=1e-6, abs_tol=1e-9):
+                break
+            compared += 1
+        else:
+            if compared:
+                return message
     return None
 
 
@@ -514,7 +543,9 @@ def check_matthews(matthews_fn) -> None:
             raise CheckFailed(f"{call} returned {value}. {zero if degenerate else 'Return a finite number.'}")
         if math.isclose(value, expected, rel_tol=1e-6, abs_tol=1e-9):
             continue
-        problem = zero if degenerate else _matthews_mistake(value, labels, predictions)
+        problem = zero if degenerate else _matthews_mistake(
+            matthews_fn, [case for case in _matthews_cases()
+                          if len(set(case[1].tolist())) == 2 and len(set(case[2].tolist())) == 2])
         raise CheckFailed(f"{call} returned {value:.4f}; the Matthews correlation is {expected:.4f}. "
                           + (problem or "Count TP, TN, FP and FN from the two arrays, then apply the formula. "
                                         "Likely causes: 0 taken as the positive class (1 = acceptable is), a count "
