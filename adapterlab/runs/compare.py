@@ -123,7 +123,7 @@ class Comparison:
         elif self.verdict == "behind":
             said = f"{self.b} ahead of {self.a}"
         elif self.verdict == "level":
-            said = f"{self.a} level with {self.b} (any difference under {bound:.1f}{unit})"
+            said = f"{self.a} level with {self.b} (inside the ±{m:.1f} margin: any difference under {bound:.1f}{unit})"
         elif n_a < 2 or (n_b is not None and n_b < 2):
             return f"{self.a} vs {self.b}: undecided, fewer than 2 seeds on a side ({self.seeds()})"
         elif self.interval_alone in ("ahead", "behind"):
