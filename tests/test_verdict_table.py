@@ -81,10 +81,13 @@ def test_a_family_table_holds_the_verdicts_holm_decides_and_says_so():
         expected = words.get(verdict.verdict, lambda v: None)(verdict)
         assert row[3] == expected if expected else row[3].startswith("undecided")
     assert "Holm over 6 verdicts" in table.footer()
-    fallen = [row for row, c, d in zip(table.rows(), comparisons, decided) if c.decided and not d.decided]
-    assert fallen and all(row[3] == "undecided in the family" for row in fallen)  # this draw has one that falls
-    assert "undecided in the family: decided alone, not after Holm's correction" in table.footer()
-    assert "undecided in the family" not in decided_table(comparisons).footer()  # alone, nothing falls
+    fallen = [(row, c) for row, c, d in zip(table.rows(), comparisons, decided) if c.decided and not d.decided]
+    assert fallen  # this draw has one that falls
+    for row, alone in fallen:  # the row says what its interval decided alone, which way round
+        assert row[3] == f"undecided (alone: {'level' if alone.verdict == 'level' else 'ahead'})"
+        assert alone.verdict == "level" or (alone.verdict == "ahead") == (float(row[1]) > 0)  # the sign says who
+    assert "undecided (alone: ahead or level): what its interval decides alone" in table.footer()
+    assert "undecided (alone" not in decided_table(comparisons).footer()  # alone, nothing falls
 
 
 def test_a_table_showing_part_of_its_family_says_what_the_rest_is():

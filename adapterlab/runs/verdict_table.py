@@ -23,8 +23,8 @@ def _verdict_words(verdict: Comparison) -> str:
         return f"{verdict.b} ahead"
     if verdict.verdict == "level":
         return "level"
-    if verdict.interval_alone != "undecided":  # decided alone: only its family's correction can undo that
-        return "undecided in the family"
+    if verdict.interval_alone != "undecided":  # decided alone: only its family's correction undid that
+        return f"undecided (alone: {'level' if verdict.interval_alone == 'level' else 'ahead'})"
     return "undecided"
 
 
@@ -88,8 +88,9 @@ class VerdictTable:
             held = f" ({len(decided)} here and {size - len(decided)} more: {self.family})" \
                 if self.family and size > len(decided) else ""
             parts.append(f"decided together, Holm over {size} verdicts{held}; each interval is its comparison's own")
-        if "undecided in the family" in words:
-            parts.append("undecided in the family: decided alone, not after Holm's correction")
+        if any(word.startswith("undecided (alone") for word in words):
+            parts.append("undecided (alone: ahead or level): what its interval decides alone (ahead: the side the "
+                         "difference's sign favours), which Holm's correction for the family does not confirm")
         if any(not verdict.paired and verdict.n_b is not None and verdict.n_b != verdict.n_a for verdict in decided):
             parts.append('seeds "5 and 3": the first side\'s and the second\'s')
         if len(self.header()) > len(COLUMNS):
