@@ -63,7 +63,7 @@ import torch
 
 from .common import (BASE, LAYER_NAME, InteropError, copy_into, hub_name, label_names, layer_tensors, load_preamble,
                      lora_targets_holding, read_weights, split_backbone_tensors, stated_labels, write_json,
-                     zero_modules_note)
+                     zero_lora_matrices, zero_modules_note)
 from .peft import dropout_note
 
 LIBRARY_VERSION = "adapters.1.3.0"
@@ -515,7 +515,7 @@ def _read_lora(folder: Path, hub: dict) -> dict:
     """An AdapterHub LoRA on any of the query, key and value projections and the FFN's dense layers, in the layers
     ``leave_out`` leaves: adapterlab's LoRA of the smallest target set holding those modules, with zero matrices
     where the library has none (:func:`~adapterlab.interop.common.lora_targets_holding`), which computes the same."""
-    from ..model.lora import LORA_TARGET_SETS, LORA_TARGETS, add_lora
+    from ..model.lora import add_lora
 
     config, name = hub["config"], hub.get("name")
     wanted = {"composition_mode": "add", "use_gating": False, "use_dora": False}
@@ -561,12 +561,7 @@ def _read_lora(folder: Path, hub: dict) -> dict:
             raise InteropError(f"{folder}: its LoRA matrices are not one pair per adapted module in each layer of this "
                                "backbone that leave_out leaves: pass the --backbone it was trained on")
         add_lora(model, rank=rank, alpha=alpha, targets=targets, train_pooler=pooler)
-        zeros = {key: torch.zeros_like(model.get_parameter(key))
-                 for key in (f"{BASE}.encoder.layer.{i}.{LORA_TARGETS[t]}.{m}"
-                             for i in range(model.config.num_hidden_layers) for t in LORA_TARGET_SETS[targets]
-                             for m in ("lora_A", "lora_B"))
-                 if key not in renamed}
-        copy_into(model, {**renamed, **zeros, **head}, str(folder))
+        copy_into(model, {**renamed, **zero_lora_matrices(model, targets, renamed), **head}, str(folder))
 
     notes = [*dropout_note(config.get("dropout", 0.0), "dropout"), *zero_modules_note(targets, added)]
     if leave_out:

@@ -78,6 +78,16 @@ def lora_targets_holding(paths: set[str]) -> tuple[str, list[str]] | None:
     return None
 
 
+def zero_lora_matrices(model, targets: str, present: dict) -> dict[str, torch.Tensor]:
+    """A = B = 0 for every LoRA matrix of ``targets`` in ``model`` that ``present`` (the folder's, by the model's
+    names) does not hold: the modules and layers the library left alone, which then add nothing."""
+    from ..model.lora import LORA_TARGET_SETS, LORA_TARGETS
+
+    names = (f"{BASE}.encoder.layer.{i}.{LORA_TARGETS[t]}.{m}" for i in range(model.config.num_hidden_layers)
+             for t in LORA_TARGET_SETS[targets] for m in ("lora_A", "lora_B"))
+    return {name: torch.zeros_like(model.get_parameter(name)) for name in names if name not in present}
+
+
 def zero_modules_note(targets: str, added: list[str]) -> list[str]:
     """What import says when it adds LoRA modules with zero matrices (:func:`lora_targets_holding`)."""
     if not added:

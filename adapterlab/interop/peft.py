@@ -18,10 +18,10 @@ PEFT's folder has no place for the number and names of the labels: the base mode
 
 Reading takes what users save: the targets are read from the matrices the folder holds (a list, a regex or
 ``layers_to_transform``; a LoRA of some of the encoder's dense layers, query, key and value say, comes in as the
-smallest adapterlab target set holding them, with zero matrices on the rest, which compute the same); ``use_rslora``, ``rank_pattern``,
-``alpha_pattern`` and ``layers_to_transform`` are exact changes of the matrices; dropout acts in training only;
-``adapter_model.bin`` is read with torch's restricted unpickler; the model's ``config.json`` saved beside the
-adapter names the classifier's rows (its ``id2label``). A LoRA whose init rewrites the base weights (PiSSA, OLoRA,
+smallest adapterlab target set holding them, with zero matrices on the rest, which compute the same);
+``use_rslora``, ``rank_pattern``, ``alpha_pattern`` and ``layers_to_transform`` are exact changes of the
+matrices; dropout acts in training only; ``adapter_model.bin`` is read with torch's restricted unpickler; the
+model's ``config.json`` saved beside the adapter names the classifier's rows (its ``id2label``). A LoRA whose init rewrites the base weights (PiSSA, OLoRA,
 CorDA, LoftQ, LoRA-GA) is refused with PEFT's conversion to plain LoRA.
 """
 
@@ -37,7 +37,7 @@ import torch
 
 from .common import (BASE, EXPORT_FILE, InteropError, copy_into, hub_name, layer_tensors, load_preamble,
                      lora_targets_holding, read_json, read_weights, split_backbone_tensors, stated_labels, write_json,
-                     zero_modules_note)
+                     zero_lora_matrices, zero_modules_note)
 
 CONFIG_FILE = "adapter_config.json"
 #: The model's transformers config, which a PEFT folder may hold beside the adapter (model.config.save_pretrained).
@@ -253,9 +253,8 @@ def read_peft(folder: Path) -> dict:
                                f"e.g. target_modules={ALL_DENSE_NAMES}")
         elif name not in head:
             raise InteropError(f"{folder}: it holds {name}, which adapterlab's LoRA has no place for")
-    targets, rank, alpha, renamed = _lora_as_ours(config, pairs, folder)
-    notes = [*dropout_note(config.get("lora_dropout", 0.0), "lora_dropout"),
-             *zero_modules_note(targets, lora_targets_holding({path for _, path in pairs})[1])]
+    targets, added, rank, alpha, renamed = _lora_as_ours(config, pairs, folder)
+    notes = [*dropout_note(config.get("lora_dropout", 0.0), "lora_dropout"), *zero_modules_note(targets, added)]
 
     def apply(model):
         _put_lora(model, folder, config, pairs, targets, rank, alpha, renamed, head, train_pooler="pooler" in saved)
@@ -270,7 +269,7 @@ def _put_lora(model, folder: Path, config: dict, pairs: dict, targets: str, rank
     """Add adapterlab's LoRA of ``targets`` to ``model`` and copy in ``renamed`` (the folder's matrices, by the
     model's names, for the (layer, module) ``pairs`` it adapts) and ``head``; every other LoRA module of the target
     set gets A = B = 0, which adds nothing."""
-    from ..model.lora import LORA_TARGETS, LORA_TARGET_SETS, add_lora
+    from ..model.lora import add_lora
 
     n_layers = model.config.num_hidden_layers
     layers = sorted({index for index, _ in pairs})
@@ -282,11 +281,7 @@ def _put_lora(model, folder: Path, config: dict, pairs: dict, targets: str, rank
         raise InteropError(f"{folder}: its {config.get('peft_type', 'LORA')} sits in layers {layers} of a model with "
                            f"{n_layers}: pass the --backbone it was trained on")
     add_lora(model, rank=rank, alpha=alpha, targets=targets, train_pooler=train_pooler)
-    zeros = {name: torch.zeros_like(model.get_parameter(name))
-             for name in (f"{BASE}.encoder.layer.{i}.{LORA_TARGETS[t]}.{m}" for i in range(n_layers)
-                          for t in LORA_TARGET_SETS[targets] for m in ("lora_A", "lora_B"))
-             if name not in renamed}
-    copy_into(model, {**renamed, **zeros, **head}, str(folder))
+    copy_into(model, {**renamed, **zero_lora_matrices(model, targets, renamed), **head}, str(folder))
 
 
 def _read_vera(folder: Path, config: dict) -> dict:
@@ -349,9 +344,9 @@ def _read_vera(folder: Path, config: dict) -> dict:
 TRANSFORMED = ("use_rslora", "rank_pattern", "alpha_pattern", "layers_to_transform")
 
 
-def _lora_as_ours(config: dict, pairs: dict, folder: Path) -> tuple[str, int, float, dict]:
-    """(target set, rank, alpha, matrices by adapterlab's names) computing what PEFT computes with these matrices:
-    each module's scale (alpha / r, or alpha / √r with use_rslora; alpha_pattern) folded into its B, each rank
+def _lora_as_ours(config: dict, pairs: dict, folder: Path) -> tuple[str, list, int, float, dict]:
+    """(target set, the modules it adds with zero matrices, rank, alpha, matrices by adapterlab's names) computing
+    what PEFT computes with these matrices: each module's scale (alpha / r, or alpha / √r with use_rslora; alpha_pattern) folded into its B, each rank
     (rank_pattern) padded with zero rows of A and zero columns of B to the largest."""
     paths = {path for _, path in pairs}
     holding = lora_targets_holding(paths)
@@ -360,7 +355,7 @@ def _lora_as_ours(config: dict, pairs: dict, folder: Path) -> tuple[str, int, fl
             f"{folder}: its LoRA adapts {sorted(paths)} in each layer, which is in neither of adapterlab's target "
             "sets (query and value: --lora-targets query_value; every dense layer of every encoder layer, the "
             "pooler's not: --lora-targets all_dense); it is not imported")
-    targets = holding[0]
+    targets, added = holding
     rank = max(pair["lora_A"].shape[0] for pair in pairs.values() if "lora_A" in pair)
     default_alpha, rslora = float(config["lora_alpha"]), bool(config.get("use_rslora"))
 
@@ -378,7 +373,7 @@ def _lora_as_ours(config: dict, pairs: dict, folder: Path) -> tuple[str, int, fl
         own = scale(r, float(_pattern_value(config.get("alpha_pattern"), name, default_alpha)))
         renamed[f"{name}.lora_A"] = torch.cat([a, a.new_zeros(rank - r, a.shape[1])])
         renamed[f"{name}.lora_B"] = torch.cat([b * (own / common), b.new_zeros(b.shape[0], rank - r)], dim=1)
-    return targets, rank, common * rank, renamed
+    return targets, added, rank, common * rank, renamed
 
 
 def dropout_note(dropout, field: str) -> list[str]:
