@@ -6,9 +6,9 @@ check names: lab 3's fold that forgets the adapter's identity path, lab 8's abla
 off when a score fails, lab 11's effective rank that needs the running sum to pass the share rather than
 reach it), any other exercise left as released, and the first check's locked cell rewritten to print a ✔
 line. The gradebook must give the first every point and the second none, with the check restored from the
-release, and the feedback must show the course's one-line messages. Lab 3 runs in every test run (about a
-minute and a half a submission on 2 cores, top to bottom in the ci profile); labs 8 and 11, two to four
-minutes a submission, with ``--full``.
+release, and the feedback must show the course's one-line messages. Grading runs each lab down to its last
+check (the cells below it are not run: grading_run.py), in the ci profile: about a minute a submission for each
+of the three labs on one core of a slow 2-core machine.
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ import pytest
 from nbgrader.api import Gradebook
 
 from adapterlab.teaching.instructor.course import CODE_STUB, POINTS, course_cell_source, write_course
+from adapterlab.teaching.instructor.grading_run import NOT_GRADED_TAG, NOT_RUN, GradingRun
 
-#: The first test of each lab waits for two submissions' autograding (lab 11: about 4 minutes each, more on a
-#: loaded machine): longer than the suite's 15-minute bound for one test allows.
+#: The first test of each lab waits for two submissions' autograding (minutes each on a loaded machine): the
+#: suite's bound for one test is not meant for that.
 pytestmark = pytest.mark.timeout(2400)
 
 #: Each lab graded: its number, its assignment name, and the wrong answer written into its first exercise.
@@ -67,8 +68,7 @@ def submit(course: Path, lab: str, student: str, nb) -> None:
     nbformat.write(nb, folder / f"{lab}.ipynb")
 
 
-@pytest.fixture(scope="module", params=[pytest.param(lab, marks=[] if lab.startswith("03") else pytest.mark.full)
-                                        for lab in WRONG_ANSWERS])
+@pytest.fixture(scope="module", params=list(WRONG_ANSWERS))
 def graded(request, tmp_path_factory) -> tuple[Path, str]:
     """(the course folder, the lab) once both submissions of the lab are autograded, with feedback and export."""
     lab = request.param
@@ -90,6 +90,7 @@ def graded(request, tmp_path_factory) -> tuple[Path, str]:
     assert written != source.cells[exercises[0]].source, f"{lab}'s exercise is written differently: update its wrong answer"
     wrong.cells[exercises[0]].source = written
     wrong.cells[check_cells(release)[0]].source = TAMPERED
+    wrong.cells[check_cells(release)[0]].metadata["tags"] = ["skip-execution", NOT_GRADED_TAG]  # "don't run my check"
     submit(course, lab, "wrong", wrong)
 
     nbgrader(course, "autograde", lab, "--create")
@@ -135,6 +136,34 @@ def test_a_locked_check_a_student_rewrote_runs_as_released(graded):
     release = nbformat.read(course / "release" / lab / f"{lab}.ipynb", as_version=4)
     first_check = check_cells(release)[0]
     assert autograded.cells[first_check].source == release.cells[first_check].source != TAMPERED
+
+
+def test_grading_runs_every_cell_down_to_the_last_check_and_says_it_ran_none_below(graded):
+    course, lab = graded
+    release = nbformat.read(course / "release" / lab / f"{lab}.ipynb", as_version=4)
+    assert NOT_GRADED_TAG not in str([cell.metadata for cell in release.cells])  # a student's Run All runs them all
+    for student in ("right", "wrong"):
+        autograded = nbformat.read(course / "autograded" / student / lab / f"{lab}.ipynb", as_version=4)
+        last = check_cells(autograded)[-1]
+        code = [(index, cell) for index, cell in enumerate(autograded.cells) if cell.cell_type == "code"]
+        assert all(cell.execution_count is not None for index, cell in code if index <= last), student
+        below = [cell for index, cell in code if index > last]
+        assert all(cell.execution_count is None and [output.get("text") for output in cell.outputs] == [NOT_RUN]
+                   for cell in below), student
+
+
+def test_a_tag_a_student_puts_on_a_cell_cannot_skip_it_and_only_the_cells_below_the_last_graded_one_are_skipped():
+    cells = [nbformat.v4.new_code_cell("setup()"),
+             nbformat.v4.new_code_cell("answer = 1", metadata={"nbgrader": {"solution": True}}),
+             nbformat.v4.new_code_cell("check(answer)", metadata={"nbgrader": {"grade": True},
+                                                                  "tags": [NOT_GRADED_TAG]}),
+             nbformat.v4.new_markdown_cell("What you saw"),
+             nbformat.v4.new_code_cell("sweep()", outputs=[nbformat.v4.new_output("stream", text="old\n")]),
+             nbformat.v4.new_code_cell("plot()", metadata={"tags": ["slow"]})]
+    nb, _ = GradingRun()(nbformat.v4.new_notebook(cells=cells), {})  # as nbconvert calls it
+    assert [cell.metadata.get("tags") for cell in nb.cells] == [None, None, [], None, [NOT_GRADED_TAG],
+                                                                ["slow", NOT_GRADED_TAG]]
+    assert [output.text for output in nb.cells[4].outputs] == [NOT_RUN]
 
 
 def test_the_feedback_shows_each_failure_as_the_course_s_one_line_message(graded):

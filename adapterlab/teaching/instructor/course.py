@@ -21,9 +21,10 @@ writes it from what the labs already mark:
 The source is the student copy (:func:`~.student.student_notebook`: no speaker notes, no output or metadata that
 gives an answer away) with the instructor's solutions inside nbgrader's markers; the rest of the outputs stay, so the
 release shows students the lab their instructor ran (the course's configuration turns nbgrader's own
-clearing of all outputs off). Grading runs each lab top to bottom in the ``ci`` profile (the offline stand-in
-on a few hundred rows of the real data, minutes a lab): the checks test the code a student wrote, not how
-far a model trained, and the training cells the profile shortens are the ones grading does not need.
+clearing of all outputs off). Grading runs each lab from the top down to its last exercise or check (the cells
+below it cannot change a grade: :mod:`.grading_run`) in the ``ci`` profile (the offline stand-in on a few hundred
+rows of the real data): the checks test the code a student wrote, not how far a model trained, and the training
+cells the profile shortens are the ones grading does not need.
 """
 
 from __future__ import annotations
@@ -51,6 +52,10 @@ CONFIG = f'''"""nbgrader's configuration for the adapterlab course (written by `
 
 import os
 
+from nbgrader.converters import Autograde
+
+from adapterlab.teaching.instructor.grading_run import NOT_GRADED_TAG, GradingRun
+
 c = get_config()  # noqa: F821 (nbgrader defines it)
 c.CourseDirectory.course_id = "adapterlab"
 c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
@@ -61,13 +66,16 @@ c.Exchange.root = os.path.join(c.CourseDirectory.root, "exchange")
 c.ClearSolutions.code_stub = {{"python": {CODE_STUB!r}}}
 # The source keeps the outputs that give nothing away (figures, printed results); the release shows them.
 c.ClearOutput.enabled = False
-# Grading runs each lab top to bottom in the {GRADING_PROFILE} profile, offline: minutes a lab (a profile set in
-# the shell, ADAPTERLAB_PROFILE, wins). ADAPTERLAB_GRADING makes an unwritten exercise's message fit a graded
-# run, in which every cell below it ran.
+# Grading runs each lab from the top down to its last exercise or check in the {GRADING_PROFILE} profile, offline:
+# a minute or two a lab (a profile set in the shell, ADAPTERLAB_PROFILE, wins). The cells below the last check
+# cannot change a grade; they are not run, and say so in the feedback. ADAPTERLAB_GRADING makes an unwritten
+# exercise's message fit a graded run, in which every cell below it ran.
 os.environ.setdefault("ADAPTERLAB_PROFILE", "{GRADING_PROFILE}")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ["ADAPTERLAB_GRADING"] = "1"
 c.Execute.timeout = 1800
+c.Execute.skip_cells_with_tag = NOT_GRADED_TAG
+c.Autograde.autograde_preprocessors = [GradingRun, *Autograde.class_traits()["autograde_preprocessors"].default()]
 '''
 
 
