@@ -200,3 +200,22 @@ def test_exact_twins_may_come_in_either_order(capsys):
 def test_a_crash_is_reported_with_its_error():
     with pytest.raises(CheckFailed, match="raised KeyError"):
         check_pareto_front(lambda points: points["nothing"])
+
+
+def test_a_mistake_is_named_only_where_the_answer_makes_it_on_every_case():
+    """An answer that compares with the neighbour on the first case alone, where that is what the neighbour mistake
+    returns, and answers rightly elsewhere, made no such mistake in general: it is shown the case, not told "you
+    compared each method only with the next cheaper one"."""
+    wrong_on = []
+
+    def neighbour_once(points):
+        if not wrong_on and only_the_neighbour(points) != by_brute_force(points):
+            wrong_on.append(dict(points))
+            return only_the_neighbour(points)
+        return by_brute_force(points)
+
+    with pytest.raises(CheckFailed) as failure:
+        check_pareto_front(neighbour_once)
+    message = str(failure.value)
+    assert wrong_on and f"your front is {only_the_neighbour(wrong_on[0])}" in message
+    assert "next cheaper one" not in message and "no other method has at most" in message

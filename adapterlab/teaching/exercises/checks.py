@@ -18,6 +18,7 @@ import functools
 import inspect
 import numbers
 import re
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -127,10 +128,31 @@ def call_answer(what: str, fn, *args, hint: str = "", may_change: dict | None = 
             raise
 
 
+#: The warnings already shown as notes in this session: each once, as Python shows a warning once per place.
+_NOTED: set[str] = set()
+
+
+@contextlib.contextmanager
+def _warnings_shown_as_notes():
+    """A warning the answer raises (torch's "Converting a tensor with requires_grad=True to a scalar" for a right
+    ``float(loss)``) is printed as a note line, once a session, not written to stderr: nbgrader scores a graded cell
+    that wrote to stderr as failed, whatever the check said."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            yield
+        finally:
+            for text in dict.fromkeys(f"{w.category.__name__}: {str(w.message).splitlines()[0]}" for w in caught):
+                if text not in _NOTED:
+                    _NOTED.add(text)
+                    print(f"Note: your code warned while the check ran it ({text})")
+
+
 def _call_audited(what: str, fn, args, hint: str, may_change: dict | None):
     before = audit.snapshot(args)
     try:
-        result = fn(*args)
+        with _warnings_shown_as_notes():
+            result = fn(*args)
     except NotImplementedError:
         audit.restore_torch_state(before.torch)
         raise _missing(what) from None

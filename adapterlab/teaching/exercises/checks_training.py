@@ -28,7 +28,7 @@ import torch
 
 from ...methods.checkpoints import CONFIG_FILE, load_adapter_set, save_adapter_set, saved_parameters
 from ...methods.registry import set_trainable
-from ...model.placement import add_adapters, enabled_layers, set_adapters_enabled
+from ...model.placement import add_adapters, enabled_layers, encoder_layers, set_adapters_enabled
 from ...model.trainable import parameter_group
 from ...runs.ablation import span_ablation
 from ...training.data import matthews
@@ -222,8 +222,13 @@ def _step_mistake(model, batch, names, grads, seen: dict, step_name: str) -> str
         if _same(grads, fresh):
             seen["match"] = loss
             return None
+    backwards = seen.get("backwards", 1)
     for forward in forwards:
         loss, fresh = _fresh_gradients(model, batch, names, forward["rng"])
+        if backwards > 1 and _same(grads, [backwards * f for f in fresh]):
+            return (f"At step {call} loss.backward() ran {backwards} times before optimizer.step(), and each adds "
+                    f"this batch's gradients to .grad: they are {backwards} times this batch's loss's. Call "
+                    "loss.backward() once a step.")
         if seen["previous"] is not None and _same(grads, [f + p for f, p in zip(fresh, seen["previous"])]):
             return (f"At step {call} the gradients are the sum of this step's and the previous step's: gradients "
                     "accumulate because they are never reset. Call optimizer.zero_grad() after optimizer.step() (or "
@@ -311,9 +316,17 @@ def check_training_step(prepare_fn, step_fn) -> None:
             seen["forwards"].append({"rng": torch.get_rng_state(), "training": module.training,
                                      "masked": kwargs.get("attention_mask") is not None or len(args) > 1})
 
+    def count_backward(parameter):
+        """Each backward that reaches a trained tensor adds its gradient to .grad: count them between steps."""
+        if any(parameter is parameters[n] for n in names):  # not a copy's, should a copy carry the hook
+            seen["accumulated"][id(parameter)] = seen["accumulated"].get(id(parameter), 0) + 1
+
     def inspect_gradients(optimizer, args, kwargs):
         """Runs inside optimizer.step(): are the gradients there, and are they this step's own?"""
         seen["steps"] += 1
+        seen["backwards"], seen["accumulated"] = max(seen["accumulated"].values(), default=0), {}
+        if seen["steps"] > 1:  # a second update in one call: said as such once the call returns
+            return
         grads = [parameters[n].grad for n in names]
         if all(g is None for g in grads):
             seen.setdefault("problem", (
@@ -335,10 +348,11 @@ def check_training_step(prepare_fn, step_fn) -> None:
 
     first_loss = eval_loss()
     hooks = [optimizer.register_step_pre_hook(inspect_gradients),
-             model.register_forward_pre_hook(record_forward, with_kwargs=True)]
+             model.register_forward_pre_hook(record_forward, with_kwargs=True),
+             *(parameters[n].register_post_accumulate_grad_hook(count_backward) for n in names)]
     try:
         for call in range(1, TRAINING_STEPS + 1):
-            seen.update(call=call, steps=0, forwards=[], match=None)
+            seen.update(call=call, steps=0, forwards=[], match=None, accumulated={})
             with torch.random.fork_rng():
                 torch.manual_seed(600 + call)
                 returned = call_answer(f"{step_name}(model, optimizer, batch)", step_fn, model, optimizer, dict(batch),
@@ -560,8 +574,10 @@ def check_matthews(matthews_fn) -> None:
 # Lab 8: the span-ablation loop
 # --------------------------------------------------------------------------------------------------
 
-#: BERT-base's 12 layers: 78 spans, and layer numbers with two digits.
+#: The depths of the check's models: BERT-base's 12 layers (78 spans, and layer numbers with two digits), then 5,
+#: so that a loop written for 12 layers shows.
 ABLATION_LAYERS = 12
+OTHER_DEPTH = 5
 
 
 class _EvaluationFailed(RuntimeError):
@@ -609,8 +625,9 @@ def _variant_scores(model, score, spans_off, restore: bool) -> dict:
     for span (i, j), and switched back on after each evaluation only when ``restore``."""
     twin = copy.deepcopy(model)
     out = {}
-    for i in range(ABLATION_LAYERS):
-        for j in range(i, ABLATION_LAYERS):
+    layers = len(encoder_layers(model))
+    for i in range(layers):
+        for j in range(i, layers):
             if spans_off(i, j):
                 set_adapters_enabled(twin, False, layers=spans_off(i, j))
             out[i, j] = score(twin)
@@ -626,9 +643,10 @@ def _zeroed_up_scores(model, score) -> dict:
            if name.endswith(".adapter.up.weight")]
     saved = [parameter.detach().clone() for _, parameter in ups]
     out = {}
+    layers = len(encoder_layers(model))
     with torch.no_grad():
-        for i in range(ABLATION_LAYERS):
-            for j in range(i, ABLATION_LAYERS):
+        for i in range(layers):
+            for j in range(i, layers):
                 for layer, parameter in ups:
                     if i <= layer <= j:
                         parameter.zero_()
@@ -676,7 +694,7 @@ def _ablation_mistake(model, score, values: dict, expected: dict, left_off: list
     def same(scores: dict) -> bool:
         return all(math.isclose(values[s], scores[s], rel_tol=1e-5, abs_tol=1e-6) for s in expected)
 
-    every_layer = list(range(ABLATION_LAYERS))
+    every_layer = list(range(len(encoder_layers(model))))
     if same(_variant_scores(model, score, lambda i, j: every_layer, restore=True)):
         return "Every span scored like the model with all adapters off: switch off only the layers i..j of the span."
     if same(_zeroed_up_scores(model, score)):
@@ -695,10 +713,14 @@ def _ablation_mistake(model, score, values: dict, expected: dict, left_off: list
             "by another numbering, layers switched off other than i..j, or something else stored than score(model).")
 
 
-def _ablation_model():
-    """BERT-base's depth with big adapters whose biases are non-zero too: each span's score shows, and an adapter
-    "switched off" by zeroing W_up alone still adds b_up, as a trained adapter would."""
-    model = _tiny_classifier(seed=8, layers=ABLATION_LAYERS, init_scale=0.3)
+def _spans(layers: int) -> int:
+    return layers * (layers + 1) // 2
+
+
+def _ablation_model(layers: int = ABLATION_LAYERS):
+    """A model of ``layers`` layers with big adapters whose biases are non-zero too: each span's score shows, and an
+    adapter "switched off" by zeroing W_up alone still adds b_up, as a trained adapter would."""
+    model = _tiny_classifier(seed=8, layers=layers, init_scale=0.3)
     generator = torch.Generator().manual_seed(81)
     with torch.no_grad():
         for name, parameter in model.named_parameters():
@@ -728,23 +750,26 @@ def check_span_ablation(ablate_fn) -> None:
     adapter on, every tensor and output bit-identical, each module's mode, requires_grad flags, hooks and grad
     mode as they were), even when ``score`` raises halfway, an error or a Ctrl-C. The model has BERT-base's 12
     layers (78 spans), adapters with non-zero biases, and comes in training mode (as right after training),
-    then in evaluation mode, so that a loop that ends in either mode whatever it was given shows.
+    then in evaluation mode, so that a loop that ends in either mode whatever it was given shows; then a model of
+    5 layers, so that a loop written for 12 shows.
     """
     name = getattr(ablate_fn, "__name__", "ablate")
     batch = _token_batch(80, 5)
-    base = _ablation_model()
     reference_score = _score_fn(batch)
-    reference = span_ablation(copy.deepcopy(base), None, metric="score", progress=False,
-                              evaluate=lambda m, data, batch_size, device: {"score": reference_score(m)})
-    expected = {(i, j): float(reference.scores[i, j]) for i in range(ABLATION_LAYERS)
-                for j in range(i, ABLATION_LAYERS)}
-    for training in (True, False):
-        _check_one_ablation(name, ablate_fn, copy.deepcopy(base).train(training), batch, expected)
+    for layers in (ABLATION_LAYERS, OTHER_DEPTH):
+        base = _ablation_model(layers)
+        reference = span_ablation(copy.deepcopy(base), None, metric="score", progress=False,
+                                  evaluate=lambda m, data, batch_size, device: {"score": reference_score(m)})
+        expected = {(i, j): float(reference.scores[i, j]) for i in range(layers) for j in range(i, layers)}
+        for training in (True, False):
+            _check_one_ablation(name, ablate_fn, copy.deepcopy(base).train(training), batch, expected)
+    base = _ablation_model()
     for stop, when in _STOPS.items():
         _check_stopped_ablation(name, ablate_fn, copy.deepcopy(base).train(), batch, stop, when)
     report_passed(
-        f"Your span ablation matches adapterlab.ablation on all {len(expected)} spans of a "
-        f"{ABLATION_LAYERS}-layer model, and leaves the model as it came (tensors, outputs, modes, flags, hooks), in "
+        f"Your span ablation matches adapterlab.ablation on all {_spans(ABLATION_LAYERS)} spans of a "
+        f"{ABLATION_LAYERS}-layer model and all {_spans(OTHER_DEPTH)} of a {OTHER_DEPTH}-layer one, and leaves the "
+        "model as it came (tensors, outputs, modes, flags, hooks), in "
         "training mode and in evaluation mode, even when the evaluation fails or is interrupted."
     )
 
@@ -754,25 +779,31 @@ def _check_one_ablation(name: str, ablate_fn, model, batch, expected: dict) -> N
     pristine = copy.deepcopy(model)
     state = _model_state(model)
     score = _score_fn(batch, student=True)
+    layers = len(encoder_layers(model))
     with torch.no_grad():
         outputs = model(input_ids=batch).logits
     try:
-        got = call_answer(f"{name}(model, score)", ablate_fn, model, score,
-                          may_change={0: ANYTHING})  # the restore is this check's subject: named below
+        got = call_answer(f"{name}(model, score) on a model of {layers} layers", ablate_fn, model, score,
+                          may_change={0: ANYTHING},  # the restore is this check's subject: named below
+                          hint=f"This model has {layers} layers: does your loop take their number from the model?")
     finally:
         grad_after = torch.is_grad_enabled()
         torch.set_grad_enabled(state["grad"])  # whatever the answer did, the notebook gets its grad mode back
     changed = _state_change(state, dict(_model_state(model), grad=grad_after))
     if not isinstance(got, dict) or set(got) != set(expected):
         shown = sorted(got)[:4] if isinstance(got, dict) else type(got).__name__
+        depth = next((n for n in range(1, 4 * ABLATION_LAYERS) if isinstance(got, dict) and set(got) == {
+            (i, j) for i in range(n) for j in range(i, n)}), layers)
         raise CheckFailed(
-            f"{name} must return a dict with one score per span, keyed (i, j) for 0 ≤ i ≤ j < {ABLATION_LAYERS} "
+            f"{name} must return a dict with one score per span, keyed (i, j) for 0 ≤ i ≤ j < {layers} "
             f"({len(expected)} spans); it returned {shown}{' ...' if isinstance(got, dict) and len(got) > 4 else ''}."
+            + (f" Those are the spans of {depth} layers, and this model has {layers}: take the number of layers "
+               "from the model, len(encoder_layers(model))." if depth != layers else "")
         )
     values = {span: _as_float(value) for span, value in got.items()}
     if any(value is None for value in values.values()):
         raise CheckFailed(f"{name} must store what score(model) returned for each span (a number).")
-    left_off = sorted(set(range(ABLATION_LAYERS)) - set(enabled_layers(model)))
+    left_off = sorted(set(range(layers)) - set(enabled_layers(model)))
     if any(not math.isclose(values[s], expected[s], rel_tol=1e-5, abs_tol=1e-6) for s in expected):
         raise CheckFailed(_ablation_mistake(pristine, score, values, expected, left_off))
     if left_off:
@@ -804,7 +835,7 @@ def _check_stopped_ablation(name: str, ablate_fn, model, batch, stop, when: str)
     finally:
         grad_after = torch.is_grad_enabled()
         torch.set_grad_enabled(state["grad"])
-    still_off = sorted(set(range(ABLATION_LAYERS)) - set(enabled_layers(model)))
+    still_off = sorted(set(range(len(encoder_layers(model)))) - set(enabled_layers(model)))
     if still_off:
         raise CheckFailed(f"{when}your loop left the adapters of layers {still_off} switched off. Switch them back on "
                           "in a `finally:` block, which runs whatever happens.")
@@ -1067,7 +1098,9 @@ _TWINS = ("Two methods here train the same number of parameters and score exactl
 
 
 def _front_mistakes(points: dict) -> list[tuple[list, str]]:
-    """What the mistakes students make would return for these points, and the message that names each."""
+    """What the mistakes students make would return for these points, and the message that names each: always
+    the same mistakes in the same order (two share a message: keeping the weaker of two equal counts has two
+    orders), the exact twins' mistake last."""
     ascending = sorted(points, key=lambda label: (points[label][0], -points[label][1]))
     neighbours = [label for k, label in enumerate(ascending)
                   if k == 0 or points[label][1] > points[ascending[k - 1]][1]]
@@ -1099,8 +1132,6 @@ def _front_mistakes(points: dict) -> list[tuple[list, str]]:
                   "the front; but scores can be that low (a Matthews correlation runs from −1 to 1). Start below "
                   "every score (−∞), or with the first method.") for start in (0.0, -1.0)]
     mistakes.append((_running_front(points, lambda score, best: score > best), _TWINS))
-    if len(set(points.values())) < len(points):  # exact twins: that is what a wrong answer missed first
-        mistakes.insert(0, mistakes.pop())
     return mistakes
 
 
@@ -1157,9 +1188,10 @@ def check_pareto_front(front_fn) -> None:
 
     name = getattr(front_fn, "__name__", "pareto_front")
     package = PackageAnswer((pareto_front,), _PACKAGE_FRONT)
-    for what, points in _front_cases():
-        _check_one_front(name, front_fn, what, points, package)
-    report_passed(f"Your front matches a pairwise comparison of every method on {len(_front_cases())} sets of methods, "
+    cases = _front_cases()
+    for what, points in cases:
+        _check_one_front(name, front_fn, what, points, package, cases)
+    report_passed(f"Your front matches a pairwise comparison of every method on {len(cases)} sets of methods, "
             "equal parameter counts, equal scores, exact duplicates and scores of 0 or below included.")
 
 
@@ -1174,13 +1206,27 @@ def _margin(label, points: dict) -> float:
     return score - max(rivals) if rivals else math.inf
 
 
-def _check_one_front(name: str, front_fn, what: str, points: dict, package: PackageAnswer) -> None:
-    expected = _reference_front(points)
-    given = dict(points)
-    got = call_answer(f"{name}(points) for {what}", front_fn, given, package=package)
+def _front_of(name: str, front_fn, what: str, points: dict, package: PackageAnswer) -> list:
+    got = call_answer(f"{name}(points) for {what}", front_fn, dict(points), package=package)
     if isinstance(got, (str, bytes)) or not hasattr(got, "__iter__"):
         raise CheckFailed(f"{name}(points) returned {got!r}; return a list of the labels on the front.")
-    got = list(got)
+    return list(got)
+
+
+def _makes_everywhere(mistake: int, name: str, front_fn, cases, package: PackageAnswer) -> bool:
+    """Whether the answer returns what mistake number ``mistake`` (of :func:`_front_mistakes`) returns on every
+    case where that differs from the right front: a match on one case alone may be a coincidence of that case's
+    numbers."""
+    for what, points in cases:
+        wrong = _front_mistakes(points)[mistake][0]
+        if wrong != _reference_front(points) and _front_of(name, front_fn, what, points, package) != wrong:
+            return False
+    return True
+
+
+def _check_one_front(name: str, front_fn, what: str, points: dict, package: PackageAnswer, cases) -> None:
+    expected = _reference_front(points)
+    got = _front_of(name, front_fn, what, points, package)
     if got == expected:
         return
     if sorted(map(str, got)) == sorted(map(str, expected)) and len(set(map(str, got))) == len(got) and [
@@ -1191,7 +1237,12 @@ def _check_one_front(name: str, front_fn, what: str, points: dict, package: Pack
     if sorted(map(str, got)) == sorted(map(str, expected)):
         raise CheckFailed(f"For {what} you found the right methods, in the wrong order: list the front from the "
                           f"fewest trained parameters to the most ({expected}).")
-    message = next((text for wrong, text in _front_mistakes(points) if got == wrong and wrong != expected), None)
+    mistakes = _front_mistakes(points)
+    matching = [number for number, (wrong, _) in enumerate(mistakes) if got == wrong != expected]
+    if len(set(points.values())) < len(points):  # exact twins: that is what a wrong answer missed first
+        matching.sort(key=lambda number: mistakes[number][1] != _TWINS)
+    message = next((mistakes[number][1] for number in matching
+                    if _makes_everywhere(number, name, front_fn, cases, package)), None)
     missing = [label for label in expected if label not in got]
     margins = {label: _margin(label, points) for label in missing}
     if message is None and missing and all(0 < margin <= NARROW_MARGIN for margin in margins.values()):
