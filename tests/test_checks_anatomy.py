@@ -387,3 +387,25 @@ def test_every_right_way_of_counting_agrees_with_the_exact_count_on_every_drawn_
     for answer in (my_effective_rank, with_numpy, float32_running_share, searchsorted_count):
         assert answer(values, energy) == expected, answer.__name__
         assert answer(values.tolist(), energy) == expected, answer.__name__
+
+
+def smallest_first(singular_values, energy=0.9):
+    """Adds the squares from the smallest up: on the first case it counts as many values as are nonzero, which is
+    what counting the nonzero values returns there too."""
+    squares = sorted(value * value for value in singular_values)
+    total = sum(squares)
+    if total == 0:
+        return 0
+    running = 0.0
+    for count, square in enumerate(squares, 1):
+        running += square
+        if running >= energy * total:
+            return count
+    return len(squares)
+
+
+def test_a_mistake_is_named_only_where_the_answer_makes_it_on_every_fixed_case():
+    """Matching a mistake's count on one case is not making that mistake: an ascending sort was told "you counted
+    the nonzero values (the rank)"; it is told what was measured, and how to count."""
+    message = _fails(smallest_first, words=("smallest_first(singular_values", ca._GENERIC))
+    assert not any(text in message for text in ca._MISTAKES.values()), message

@@ -301,12 +301,32 @@ def _count(call: str, got, expected: int, zero: bool) -> int:
                       f"{expected}).")
 
 
+def _makes_everywhere(rank_fn, mistake: str, cases) -> bool:
+    """Whether ``rank_fn`` returns what ``mistake`` returns on every one of ``cases`` where that differs from the
+    effective rank: a count that equals a mistake's on one case alone may be a coincidence of that case (an
+    ascending sort can count as many values as there are nonzero ones). All zeros are left out: what a mistake
+    gives there depends on how the answer guards Σσ² = 0, which has its own message."""
+    for _, values, energy in cases:
+        wrong = {value for name, value in _mistakes(values, energy) if name == mistake}
+        if not wrong or _reference(values, energy) == 0:
+            continue
+        try:
+            with np.errstate(all="ignore"):
+                got = rank_fn(list(values) if isinstance(values, list) else values.copy(), energy)
+        except Exception:
+            return False
+        if isinstance(got, bool) or not isinstance(got, numbers.Integral) or got not in wrong:
+            return False
+    return True
+
+
 def _check_one(name: str, rank_fn, what: str, values, energy: float,
-               default: bool = False, named: bool = True) -> None:
+               default: bool = False, named: bool = True, cases=()) -> None:
     """One case; ``default``: call without energy, which must then be 0.9. ``named``: name the catalogue's
-    mistake the count matches. A drawn case does not: an answer that passed the fixed cases, where each mistake
-    gives its own count, is none of them, and matching one on a single case would be a guess; it is told what
-    was measured instead (the case, the count, the exact count)."""
+    mistake the count matches, when the answer makes it on every one of ``cases`` too. A drawn case does not: an
+    answer that passed the fixed cases, where each mistake gives its own count, is none of them, and matching one
+    on a single case would be a guess; it is told what was measured instead (the case, the count, the exact
+    count)."""
     expected = _reference(values, energy)
     zero = expected == 0
     if default:
@@ -338,7 +358,7 @@ def _check_one(name: str, rank_fn, what: str, values, energy: float,
         raise CheckFailed(f"{held} Your count was right on the fixed cases; this is the smallest drawn case where it "
                           f"is not.{longer} Run your function on it and compare, step by step.")
     problem = next((_MISTAKES[mistake] for mistake, value in _mistakes(values, energy)
-                    if value == count), None)
+                    if value == count and _makes_everywhere(rank_fn, mistake, cases)), None)
     if problem is None and energy == 1:
         problem = _ALL_COUNT
     raise CheckFailed(f"{held} {problem or _GENERIC}")
@@ -357,7 +377,7 @@ def check_effective_rank(rank_fn) -> None:
     name = getattr(rank_fn, "__name__", "effective_rank")
     cases = _effective_rank_cases()
     for what, values, energy in cases:
-        _check_one(name, rank_fn, what, values, energy)
+        _check_one(name, rank_fn, what, values, energy, cases=cases)
     what, values, _ = cases[0]
     _check_one(name, rank_fn, what, values, DEFAULT_ENERGY, default=True)
     failing = _smallest_failing(name, rank_fn)
