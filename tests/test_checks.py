@@ -834,6 +834,20 @@ def test_trained_count_names_the_mistake():
     _fails(check, lambda *a: float(right_count(*a)), "a float")
 
 
+def test_trained_count_names_a_mistake_only_where_the_answer_makes_it_on_every_case():
+    """An answer whose first count is what counting the pooler gives, and which counts right everywhere else, did not
+    count the pooler: it is shown the numbers and the parts, not told "you counted the pooler"."""
+    calls = []
+
+    def pooler_once(*case):
+        calls.append(case)
+        return right_count(*case, pooler=len(calls) == 1)
+
+    message = _fails(checks.check_trained_count, pooler_once, "off by +1,049,600",
+                     "No single mistake we know gives your counts on every case", "in the adapters")
+    assert "counted the pooler" not in message
+
+
 @pytest.mark.parametrize("placement", ["houlsby", "pfeiffer", "parallel"])
 @pytest.mark.parametrize("train_layernorm", [True, False])
 def test_trained_count_checks_every_placement_with_both_layernorm_choices(placement, train_layernorm):
