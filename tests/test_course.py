@@ -27,7 +27,7 @@ import pytest
 from nbgrader.api import Gradebook
 
 from adapterlab.teaching.instructor.course import CODE_STUB, POINTS, course_cell_source, write_course
-from adapterlab.teaching.instructor.grading_run import NOT_GRADED_TAG, NOT_RUN, GradingRun
+from adapterlab.teaching.instructor.grading_run import NOT_GRADED_TAG, NOT_RUN, NOT_RUN_AGAIN, GradingRun
 
 #: The first test of each lab waits for two submissions' autograding (minutes each on a loaded machine): the
 #: suite's bound for one test is not meant for that.
@@ -114,6 +114,7 @@ def test_the_release_shows_the_course_s_stub_and_keeps_the_hints_and_the_lab_s_o
     assert editable == sorted(exercise_cells(release) + [i for i, cell in enumerate(release.cells)
                                                          if cell.cell_type == "code" and "prediction" in cell.metadata.get("tags", [])])
     assert "answer_phrases" not in str([cell.metadata for cell in source.cells])  # the question's answer stays hidden
+    assert {tag for cell in release.cells for tag in cell.metadata.get("tags", [])} == {"prediction"}
 
 
 def test_the_lab_s_own_solutions_get_every_point_and_a_wrong_or_missing_answer_none(graded):
@@ -148,8 +149,9 @@ def test_grading_runs_every_cell_down_to_the_last_check_and_says_it_ran_none_bel
         code = [(index, cell) for index, cell in enumerate(autograded.cells) if cell.cell_type == "code"]
         assert all(cell.execution_count is not None for index, cell in code if index <= last), student
         below = [cell for index, cell in code if index > last]
-        assert all(cell.execution_count is None and [output.get("text") for output in cell.outputs] == [NOT_RUN]
-                   for cell in below), student
+        assert below and all(cell.execution_count is None for cell in below), student
+        assert [[output.get("text") for output in cell.outputs] for cell in below] == [[NOT_RUN]] + [
+            [NOT_RUN_AGAIN]] * (len(below) - 1), student
 
 
 def test_a_tag_a_student_puts_on_a_cell_cannot_skip_it_and_only_the_cells_below_the_last_graded_one_are_skipped():
@@ -163,12 +165,14 @@ def test_a_tag_a_student_puts_on_a_cell_cannot_skip_it_and_only_the_cells_below_
     nb, _ = GradingRun()(nbformat.v4.new_notebook(cells=cells), {})  # as nbconvert calls it
     assert [cell.metadata.get("tags") for cell in nb.cells] == [None, None, [], None, [NOT_GRADED_TAG],
                                                                 ["slow", NOT_GRADED_TAG]]
-    assert [output.text for output in nb.cells[4].outputs] == [NOT_RUN]
+    assert [[output.text for output in cell.outputs] for cell in nb.cells[4:]] == [[NOT_RUN], [NOT_RUN_AGAIN]]
 
 
 def test_the_feedback_shows_each_failure_as_the_course_s_one_line_message(graded):
     course, lab = graded
-    page = html.unescape(re.sub(r"<[^>]+>", "", (course / "feedback" / "wrong" / lab / f"{lab}.html").read_text()))
+    feedback = (course / "feedback" / "wrong" / lab / f"{lab}.html").read_text()
+    assert "div.output_subarea pre { white-space: pre-wrap;" in feedback  # the message wraps: read whole, not scrolled
+    page = html.unescape(re.sub(r"<[^>]+>", "", feedback))
     autograded = nbformat.read(course / "autograded" / "wrong" / lab / f"{lab}.ipynb", as_version=4)
     first, *others = check_cells(autograded)
     failures = [[output for output in autograded.cells[index].outputs if output.output_type == "error"]

@@ -46,15 +46,18 @@ POINTS = 1
 CODE_STUB = 'raise AnswerMissing("Exercise: write your answer here.")'
 #: The profile grading runs the labs in (see the module docstring).
 GRADING_PROFILE = "ci"
+#: The only tag a released cell keeps: it marks the cells that are the student's to edit besides the exercises.
+STUDENT_TAGS = ("prediction",)
 SCHEMA_VERSION = 3
 
 CONFIG = f'''"""nbgrader's configuration for the adapterlab course (written by `python -m adapterlab course`)."""
 
 import os
 
+import nbgrader
 from nbgrader.converters import Autograde
 
-from adapterlab.teaching.instructor.grading_run import NOT_GRADED_TAG, GradingRun
+from adapterlab.teaching.instructor.grading_run import FEEDBACK_TEMPLATES, NOT_GRADED_TAG, GradingRun
 
 c = get_config()  # noqa: F821 (nbgrader defines it)
 c.CourseDirectory.course_id = "adapterlab"
@@ -67,15 +70,22 @@ c.ClearSolutions.code_stub = {{"python": {CODE_STUB!r}}}
 # The source keeps the outputs that give nothing away (figures, printed results); the release shows them.
 c.ClearOutput.enabled = False
 # Grading runs each lab from the top down to its last exercise or check in the {GRADING_PROFILE} profile, offline:
-# a minute or two a lab (a profile set in the shell, ADAPTERLAB_PROFILE, wins). The cells below the last check
-# cannot change a grade; they are not run, and say so in the feedback. ADAPTERLAB_GRADING makes an unwritten
-# exercise's message fit a graded run, in which every cell below it ran.
+# a minute or so a lab (a profile set in the shell, ADAPTERLAB_PROFILE, wins). The cells below the last exercise
+# or check cannot change a grade; they are not run, and say so in the feedback. ADAPTERLAB_GRADING makes an
+# unwritten exercise's message fit a graded run, which goes on past it.
 os.environ.setdefault("ADAPTERLAB_PROFILE", "{GRADING_PROFILE}")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ["ADAPTERLAB_GRADING"] = "1"
 c.Execute.timeout = 1800
 c.Execute.skip_cells_with_tag = NOT_GRADED_TAG
 c.Autograde.autograde_preprocessors = [GradingRun, *Autograde.class_traits()["autograde_preprocessors"].default()]
+# The feedback is nbgrader's page with its outputs wrapped, so that a check's one-line message is read whole.
+c.HTMLExporter.template_name = "course_feedback"
+c.HTMLExporter.template_file = "course_feedback.html.j2"  # it extends nbgrader's index.html.j2
+c.HTMLExporter.extra_template_basedirs = [
+    FEEDBACK_TEMPLATES,
+    os.path.join(os.path.dirname(nbgrader.__file__), "server_extensions", "formgrader", "templates"),
+]
 '''
 
 
@@ -138,6 +148,12 @@ def course_notebook(nb, name: str):
             cell.metadata["nbgrader"] = _grader(f"check-{checks}", grade=True, locked=True, points=POINTS)
         elif not (cell.cell_type == "code" and "prediction" in tags_of(cell)):  # a prediction is the student's
             cell.metadata["nbgrader"] = _grader(f"cell-{index}", locked=True)
+        # the tags of the course's own tooling mean nothing to a student ("answer" on a locked cell misleads)
+        kept = [tag for tag in tags_of(cell) if tag in STUDENT_TAGS]
+        if kept:
+            cell.metadata["tags"] = kept
+        else:
+            cell.metadata.pop("tags", None)
     return course
 
 

@@ -13,6 +13,8 @@ a student cannot skip a check by tagging it.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from nbconvert.preprocessors import Preprocessor
 from nbformat.v4 import new_output
 from traitlets import Bool
@@ -20,6 +22,10 @@ from traitlets import Bool
 #: The tag grading skips (the course's nbgrader_config.py sets nbclient's ``Execute.skip_cells_with_tag`` to it).
 NOT_GRADED_TAG = "adapterlab-not-run-when-grading"
 NOT_RUN = "Not run while grading: no exercise or check comes after this cell, so nothing it computes is graded.\n"
+#: The cells after the first one not run say less: the feedback shows them one under the other.
+NOT_RUN_AGAIN = "Not run while grading.\n"
+#: Where the feedback page's template is (nbgrader's, with outputs wrapped), for the course's nbgrader_config.py.
+FEEDBACK_TEMPLATES = str(Path(__file__).parent / "templates")
 
 
 def is_graded(cell) -> bool:
@@ -30,18 +36,20 @@ def is_graded(cell) -> bool:
 
 class GradingRun(Preprocessor):
     """Tags the code cells below the last graded cell (and only those) with :data:`NOT_GRADED_TAG`, and shows
-    :data:`NOT_RUN` as their output in place of whatever the submission held."""
+    :data:`NOT_RUN` (the first) or :data:`NOT_RUN_AGAIN` as their output in place of whatever the submission held."""
 
     enabled = Bool(True, help="nbconvert runs a preprocessor only when it is enabled").tag(config=True)
 
     def preprocess(self, nb, resources):
         last = max((index for index, cell in enumerate(nb.cells) if is_graded(cell)), default=len(nb.cells))
+        said = False
         for index, cell in enumerate(nb.cells):
             tags = [tag for tag in cell.metadata.get("tags", []) if tag != NOT_GRADED_TAG]
             if cell.cell_type == "code" and index > last:
                 tags.append(NOT_GRADED_TAG)
-                cell.outputs = [new_output("stream", name="stdout", text=NOT_RUN)]
+                cell.outputs = [new_output("stream", name="stdout", text=NOT_RUN_AGAIN if said else NOT_RUN)]
                 cell.execution_count = None
+                said = True
             if tags or "tags" in cell.metadata:
                 cell.metadata["tags"] = tags
         return nb, resources
