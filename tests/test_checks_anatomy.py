@@ -81,7 +81,11 @@ def test_every_random_case_tells_the_mistakes_apart_and_is_clear_of_rounding():
 
 def my_effective_rank(singular_values, energy=0.9):
     """A plain Python loop: no NumPy at all."""
-    squares = sorted((value * value for value in singular_values), reverse=True)
+    return _plain_count(singular_values, energy, largest_first=True)
+
+
+def _plain_count(singular_values, energy, largest_first):
+    squares = sorted((value * value for value in singular_values), reverse=largest_first)
     total = sum(squares)
     if total == 0:
         return 0
@@ -392,16 +396,7 @@ def test_every_right_way_of_counting_agrees_with_the_exact_count_on_every_drawn_
 def smallest_first(singular_values, energy=0.9):
     """Adds the squares from the smallest up: on the first case it counts as many values as are nonzero, which is
     what counting the nonzero values returns there too."""
-    squares = sorted(value * value for value in singular_values)
-    total = sum(squares)
-    if total == 0:
-        return 0
-    running = 0.0
-    for count, square in enumerate(squares, 1):
-        running += square
-        if running >= energy * total:
-            return count
-    return len(squares)
+    return _plain_count(singular_values, energy, largest_first=False)
 
 
 def test_a_mistake_is_named_only_where_the_answer_makes_it_on_every_fixed_case():
