@@ -128,6 +128,18 @@ def call_answer(what: str, fn, *args, hint: str = "", may_change: dict | None = 
             raise
 
 
+def makes_everywhere(answer_on, wrong_on, cases) -> bool:
+    """Whether an answer makes one mistake on every one of ``cases`` where that mistake shows: ``wrong_on(case)``
+    lists what the mistake returns there (nothing where it returns the right value or does not apply), and
+    ``answer_on(case)`` what the answer returns. A check names a mistake only when this holds: a value that equals
+    a mistake's on one case alone may be a coincidence of that case's numbers."""
+    for case in cases:
+        wrong = wrong_on(case)
+        if wrong and answer_on(case) not in wrong:
+            return False
+    return True
+
+
 #: The warnings already shown as notes in this session: each once, as Python shows a warning once per place.
 _NOTED: set[str] = set()
 
@@ -1126,19 +1138,16 @@ def _count_mistakes(d, n_layers, r, placement, train_layernorm, num_labels) -> l
     return mistakes
 
 
-def _makes_everywhere(count_fn, mistake: str) -> bool:
-    """Whether ``count_fn`` returns what ``mistake`` gives on every case where that differs from the right count:
-    a count that equals a mistake's on one case alone may be a coincidence of that case's sizes."""
-    for case in TRAINED_COUNT_CASES:
-        wrong = {value for name, value, _ in _count_mistakes(*case) if name == mistake} - {_counted_model(*case)}
-        if not wrong:
-            continue
-        try:
-            if count_fn(*case) not in wrong:
-                return False
-        except Exception:
-            return False
-    return True
+def _wrong_counts(mistake: str, case) -> list[int]:
+    """What ``mistake`` counts for one case where that is not the right count."""
+    return [value for name, value, _ in _count_mistakes(*case) if name == mistake and value != _counted_model(*case)]
+
+
+def _count_or_none(count_fn, case):
+    try:
+        return count_fn(*case)
+    except Exception:  # no mistake of the catalogue crashes
+        return None
 
 
 def _count_parts(d, n_layers, r, placement, train_layernorm, num_labels) -> str:
@@ -1175,7 +1184,8 @@ def check_trained_count(count_fn) -> None:
         if got == expected:
             continue
         for mistake, value, message in _count_mistakes(d, n_layers, r, placement, train_layernorm, num_labels):
-            if got == value and _makes_everywhere(count_fn, mistake):
+            if got == value and makes_everywhere(lambda case: _count_or_none(count_fn, case),
+                                                 lambda case: _wrong_counts(mistake, case), TRAINED_COUNT_CASES):
                 raise CheckFailed(f"{call} returned {got:,}; the model trains {expected:,}. {message}")
         raise CheckFailed(
             f"{call} returned {got!r}; the model trains {expected:,}, off by {got - expected:+,}. No single "

@@ -19,7 +19,7 @@ import numpy as np
 
 from .audit import ANYTHING
 from ...model.spectrum import effective_rank
-from .checks import CheckFailed, PackageAnswer, call_answer, plain_errors, report_passed
+from .checks import CheckFailed, PackageAnswer, call_answer, makes_everywhere, plain_errors, report_passed
 
 _PACKAGE_RANK = PackageAnswer((effective_rank,), (
     "Your answer calls the package's effective_rank: that is the count this exercise asks you to write. Sort, sum "
@@ -301,23 +301,24 @@ def _count(call: str, got, expected: int, zero: bool) -> int:
                       f"{expected}).")
 
 
-def _makes_everywhere(rank_fn, mistake: str, cases) -> bool:
-    """Whether ``rank_fn`` returns what ``mistake`` returns on every one of ``cases`` where that differs from the
-    effective rank: a count that equals a mistake's on one case alone may be a coincidence of that case (an
-    ascending sort can count as many values as there are nonzero ones). All zeros are left out: what a mistake
-    gives there depends on how the answer guards Σσ² = 0, which has its own message."""
-    for _, values, energy in cases:
-        wrong = {value for name, value in _mistakes(values, energy) if name == mistake}
-        if not wrong or _reference(values, energy) == 0:
-            continue
-        try:
-            with np.errstate(all="ignore"):
-                got = rank_fn(list(values) if isinstance(values, list) else values.copy(), energy)
-        except Exception:
-            return False
-        if isinstance(got, bool) or not isinstance(got, numbers.Integral) or got not in wrong:
-            return False
-    return True
+def _count_of(rank_fn, case):
+    """What ``rank_fn`` returns for one fixed case, if it is a count (None otherwise, or when it raises)."""
+    _, values, energy = case
+    try:
+        with np.errstate(all="ignore"):
+            got = rank_fn(list(values) if isinstance(values, list) else values.copy(), energy)
+    except Exception:
+        return None
+    return None if isinstance(got, bool) or not isinstance(got, numbers.Integral) else got
+
+
+def _wrong_counts(mistake: str, case) -> list[int]:
+    """What ``mistake`` returns on one fixed case where it differs from the effective rank; nothing for all zeros,
+    where what a mistake gives depends on how the answer guards Σσ² = 0, which has its own message."""
+    _, values, energy = case
+    if _reference(values, energy) == 0:
+        return []
+    return [value for name, value in _mistakes(values, energy) if name == mistake]
 
 
 def _check_one(name: str, rank_fn, what: str, values, energy: float,
@@ -358,7 +359,9 @@ def _check_one(name: str, rank_fn, what: str, values, energy: float,
         raise CheckFailed(f"{held} Your count was right on the fixed cases; this is the smallest drawn case where it "
                           f"is not.{longer} Run your function on it and compare, step by step.")
     problem = next((_MISTAKES[mistake] for mistake, value in _mistakes(values, energy)
-                    if value == count and _makes_everywhere(rank_fn, mistake, cases)), None)
+                    if value == count and makes_everywhere(lambda case: _count_of(rank_fn, case),
+                                                           lambda case: _wrong_counts(mistake, case), cases)),
+                   None)
     if problem is None and energy == 1:
         problem = _ALL_COUNT
     raise CheckFailed(f"{held} {problem or _GENERIC}")

@@ -33,8 +33,8 @@ from ...model.trainable import parameter_group
 from ...runs.ablation import span_ablation
 from ...training.data import matthews
 from .audit import ANYTHING, REQUIRES_GRAD, WEIGHTS, hook_count
-from .checks import (POOLER_STAYS_FROZEN, CheckFailed, PackageAnswer, call_answer, close_enough, plain_errors,
-                     report_passed)
+from .checks import (POOLER_STAYS_FROZEN, CheckFailed, PackageAnswer, call_answer, close_enough, makes_everywhere,
+                     plain_errors, report_passed)
 
 __all__ = ["CheckFailed", "check_training_step", "check_matthews", "check_span_ablation", "check_serving",
            "check_pareto_front"]
@@ -1213,15 +1213,10 @@ def _front_of(name: str, front_fn, what: str, points: dict, package: PackageAnsw
     return list(got)
 
 
-def _makes_everywhere(mistake: int, name: str, front_fn, cases, package: PackageAnswer) -> bool:
-    """Whether the answer returns what mistake number ``mistake`` (of :func:`_front_mistakes`) returns on every
-    case where that differs from the right front: a match on one case alone may be a coincidence of that case's
-    numbers."""
-    for what, points in cases:
-        wrong = _front_mistakes(points)[mistake][0]
-        if wrong != _reference_front(points) and _front_of(name, front_fn, what, points, package) != wrong:
-            return False
-    return True
+def _wrong_front(mistake: int, points: dict) -> list:
+    """What mistake number ``mistake`` of :func:`_front_mistakes` returns for ``points``, where that is not the front."""
+    wrong = _front_mistakes(points)[mistake][0]
+    return [] if wrong == _reference_front(points) else [wrong]
 
 
 def _check_one_front(name: str, front_fn, what: str, points: dict, package: PackageAnswer, cases) -> None:
@@ -1242,7 +1237,8 @@ def _check_one_front(name: str, front_fn, what: str, points: dict, package: Pack
     if len(set(points.values())) < len(points):  # exact twins: that is what a wrong answer missed first
         matching.sort(key=lambda number: mistakes[number][1] != _TWINS)
     message = next((mistakes[number][1] for number in matching
-                    if _makes_everywhere(number, name, front_fn, cases, package)), None)
+                    if makes_everywhere(lambda case: _front_of(name, front_fn, *case, package),
+                                        lambda case: _wrong_front(number, case[1]), cases)), None)
     missing = [label for label in expected if label not in got]
     margins = {label: _margin(label, points) for label in missing}
     if message is None and missing and all(0 < margin <= NARROW_MARGIN for margin in margins.values()):

@@ -46,6 +46,8 @@ POINTS = 1
 CODE_STUB = 'raise AnswerMissing("Exercise: write your answer here.")'
 #: The profile grading runs the labs in (see the module docstring).
 GRADING_PROFILE = "ci"
+#: Where the feedback page's template is (nbgrader's, with outputs wrapped), for the course's nbgrader_config.py.
+FEEDBACK_TEMPLATES = str(Path(__file__).parent / "templates")
 #: The only tag a released cell keeps: it marks the cells that are the student's to edit besides the exercises.
 STUDENT_TAGS = ("prediction",)
 SCHEMA_VERSION = 3
@@ -57,7 +59,8 @@ import os
 import nbgrader
 from nbgrader.converters import Autograde
 
-from adapterlab.teaching.instructor.grading_run import FEEDBACK_TEMPLATES, NOT_GRADED_TAG, GradingRun
+from adapterlab.teaching.instructor.course import FEEDBACK_TEMPLATES
+from adapterlab.teaching.instructor.grading_run import NOT_GRADED_TAG, GradingRun
 
 c = get_config()  # noqa: F821 (nbgrader defines it)
 c.CourseDirectory.course_id = "adapterlab"

@@ -13,8 +13,6 @@ a student cannot skip a check by tagging it.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from nbconvert.preprocessors import Preprocessor
 from nbformat.v4 import new_output
 from traitlets import Bool
@@ -24,8 +22,6 @@ NOT_GRADED_TAG = "adapterlab-not-run-when-grading"
 NOT_RUN = "Not run while grading: no exercise or check comes after this cell, so nothing it computes is graded.\n"
 #: The cells after the first one not run say less: the feedback shows them one under the other.
 NOT_RUN_AGAIN = "Not run while grading.\n"
-#: Where the feedback page's template is (nbgrader's, with outputs wrapped), for the course's nbgrader_config.py.
-FEEDBACK_TEMPLATES = str(Path(__file__).parent / "templates")
 
 
 def is_graded(cell) -> bool:
