@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -37,6 +38,10 @@ ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 STAMP = VENV / "adapterlab-installed.txt"
 STUDENT_DIR = ROOT / "build" / "student"
+START_PAGE = "README.md"  # the student copies' start page, written with them by `adapterlab student`
+#: JupyterLab settings layered under the user's own for the student copies: a markdown file opens rendered,
+#: so that the start page reads as a page rather than as its source.
+START_SETTINGS = {"@jupyterlab/docmanager-extension:plugin": {"defaultViewers": {"markdown": "Markdown Preview"}}}
 USAGE = """usage: python3 run.py lab --student   your copies of the labs, exercises to do (in build/student/)
        python3 run.py lab             the instructor's labs, with solutions (in labs/)
        python3 run.py test            the tests (--full: with their exhaustive variants)
@@ -190,19 +195,34 @@ def venv_environment() -> dict:
     return env
 
 
-def jupyter_environment(extra: list[str]) -> dict:
-    """The environment JupyterLab starts in (:func:`venv_environment`). As root (a container, a lab machine's
-    admin account) JupyterLab refuses to start unless allowed to: a config folder put first on
-    ``JUPYTER_CONFIG_PATH`` allows it, and one line says so (the user's own configuration is still read after it)."""
+def jupyter_environment(extra: list[str], student: bool = False) -> dict:
+    """The environment JupyterLab starts in (:func:`venv_environment`), with config folders put first on
+    ``JUPYTER_CONFIG_PATH`` (the user's own configuration is still read after them). For the student copies,
+    one holds :data:`START_SETTINGS`. As root (a container, a lab machine's admin account) JupyterLab refuses to
+    start unless allowed to: another allows it, and one line says so."""
     env = venv_environment()
-    if getattr(os, "geteuid", lambda: 1)() != 0 or "--allow-root" in extra:
-        return env
-    folder = ROOT / "build" / "jupyter-as-root"
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "jupyter_server_config.json").write_text('{"ServerApp": {"allow_root": true}}\n')
-    env["JUPYTER_CONFIG_PATH"] = os.pathsep.join(filter(None, [str(folder), env.get("JUPYTER_CONFIG_PATH")]))
-    print("run.py: running as root, so JupyterLab is started with root allowed (as --allow-root would)", flush=True)
+    folders = []
+    if student:
+        folder = ROOT / "build" / "jupyter-student"
+        (folder / "labconfig").mkdir(parents=True, exist_ok=True)
+        (folder / "labconfig" / "default_setting_overrides.json").write_text(json.dumps(START_SETTINGS) + "\n")
+        folders.append(str(folder))
+    if getattr(os, "geteuid", lambda: 1)() == 0 and "--allow-root" not in extra:
+        folder = ROOT / "build" / "jupyter-as-root"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "jupyter_server_config.json").write_text('{"ServerApp": {"allow_root": true}}\n')
+        folders.append(str(folder))
+        print("run.py: running as root, so JupyterLab is started with root allowed (as --allow-root would)", flush=True)
+    if folders:
+        env["JUPYTER_CONFIG_PATH"] = os.pathsep.join(filter(None, [*folders, env.get("JUPYTER_CONFIG_PATH")]))
     return env
+
+
+def on_start_page(extra: list[str]) -> list[str]:
+    """JupyterLab's arguments for the student copies: open on their start page, unless the user named a page."""
+    if any(argument.lstrip("-").split("=")[0].endswith("default_url") for argument in extra):
+        return extra
+    return [f"--LabApp.default_url=/lab/tree/{START_PAGE}", *extra]
 
 
 def main(argv: list[str]) -> int:
@@ -220,15 +240,15 @@ def main(argv: list[str]) -> int:
     ensure_environment(("test", "course") if job == "test" else ("test",))
     python = str(venv_python())
     if job == "lab":
-        folder = ROOT / "labs"
-        if "--student" in extra:
+        folder, student = ROOT / "labs", "--student" in extra
+        if student:
             extra.remove("--student")
             status = write_student_copies(python)
             if status != 0:
                 return status
-            folder = STUDENT_DIR
+            folder, extra = STUDENT_DIR, on_start_page(extra)
         return subprocess.call([python, "-m", "jupyter", "lab", str(folder), *extra], cwd=ROOT,
-                               env=jupyter_environment(extra))
+                               env=jupyter_environment(extra, student))
     library.join()
     env = venv_environment()
     env.setdefault("ADAPTERLAB_PROFILE", "ci")

@@ -619,7 +619,8 @@ def run_py(tmp_path, monkeypatch):
 
 def test_run_py_lab_student_writes_the_copies_and_opens_them(run_py, capsys):
     assert run_py.main(["lab", "--student", "--no-browser"]) == 0
-    assert run_py.opened == [["lab", str(run_py.STUDENT_DIR), "--no-browser"]]
+    assert run_py.opened == [["lab", str(run_py.STUDENT_DIR), "--LabApp.default_url=/lab/tree/README.md", "--no-browser"]]
+    assert (run_py.STUDENT_DIR / "README.md").read_text().startswith("# Adapter labs: start here")
     copies = sorted(p.name for p in run_py.STUDENT_DIR.glob("*.ipynb"))
     assert copies == [lab.name for lab in all_labs()]
     for lab in all_labs():
@@ -630,6 +631,11 @@ def test_run_py_lab_student_writes_the_copies_and_opens_them(run_py, capsys):
     assert run_py.main(["lab", "--student"]) == 0  # a second start keeps the student's work
     kept = run_py.STUDENT_DIR.glob(f"{Path(copies[1]).stem}*.ipynb")  # beside a new copy, if the lab changed meanwhile
     assert mine in [path.read_bytes() for path in kept]
+
+
+def test_run_py_lab_student_opens_the_page_a_student_names_instead_of_the_start_page(run_py):
+    assert run_py.main(["lab", "--student", "--ServerApp.default_url=/lab/tree/03_collapse_to_lora.ipynb"]) == 0
+    assert run_py.opened == [["lab", str(run_py.STUDENT_DIR), "--ServerApp.default_url=/lab/tree/03_collapse_to_lora.ipynb"]]
 
 
 def test_run_py_lab_without_student_is_the_instructor_view(run_py):

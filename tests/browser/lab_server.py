@@ -28,10 +28,11 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def running_jupyterlab(root: Path, home: Path, *extra_args: str):
-    """(base url, token) of a JupyterLab serving `root`, its own files under `home`; stopped on leaving."""
+def running_jupyterlab(root: Path, home: Path, *extra_args: str, env: dict | None = None):
+    """(base url, token) of a JupyterLab serving `root`, its own files under `home`; stopped on leaving. `env`
+    is the environment to start it in (default: this process's)."""
     port, token = free_port(), os.urandom(16).hex()
-    env = {**os.environ, "ADAPTERLAB_PROFILE": "ci", "JUPYTER_CONFIG_DIR": str(home / "config"),
+    env = {**(os.environ if env is None else env), "ADAPTERLAB_PROFILE": "ci", "JUPYTER_CONFIG_DIR": str(home / "config"),
            "JUPYTER_RUNTIME_DIR": str(home / "runtime"), "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"),
            "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces")}
     for name, values in SETTINGS.items():

@@ -11,9 +11,9 @@ build/screenshots/. Skipped, with the reason, where Chromium or Playwright is mi
 
 from __future__ import annotations
 
-from pathlib import Path
-
+import importlib.util
 import re
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -39,8 +39,13 @@ def copies(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def student_lab_server(copies, tmp_path_factory, chromium_executable):
-    """(url, token) of a JupyterLab serving the student copies; stopped at the end (skipped without Chromium)."""
-    with running_jupyterlab(copies, tmp_path_factory.mktemp("jupyter-home")) as server:
+    """(url, token) of a JupyterLab serving the student copies, started as `run.py lab --student` starts it;
+    stopped at the end (skipped without Chromium)."""
+    spec = importlib.util.spec_from_file_location("run_py", REPO / "run.py")
+    run_py = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run_py)
+    with running_jupyterlab(copies, tmp_path_factory.mktemp("jupyter-home"), *run_py.on_start_page([]),
+                            env=run_py.jupyter_environment([], student=True)) as server:
         yield server
 
 
@@ -57,6 +62,23 @@ def student_page(student_browser):
     page.set_default_timeout(90_000)
     yield page
     page.close()
+
+
+def test_jupyterlab_opens_the_student_copies_on_their_start_page(copies, student_lab_server, student_page):
+    """The first page a student sees is the start page, rendered (not its markdown source), linking every lab."""
+    url, token = student_lab_server
+    student_page.goto(f"{url}/?reset&token={token}")
+    page = student_page.locator(".jp-RenderedMarkdown").filter(has=student_page.locator("h1"))
+    page.locator("h1").wait_for()
+    assert page.locator("h1").inner_text().startswith("Adapter labs: start here")
+    links = page.locator("td a")
+    named = [re.search(r"/files/([^?]+)", link.get_attribute("href")).group(1) for link in links.all()]
+    assert named == [lab.name for lab in all_labs()]
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    student_page.screenshot(path=SHOTS / "student-start-page.png")
+    links.nth(1).click()  # a link opens its lab as a notebook, in JupyterLab
+    student_page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell").first.wait_for()
+    assert student_page.locator('.lm-TabBar-tab.jp-mod-current[data-type="document-title"]').inner_text().strip() == all_labs()[1].name
 
 
 def predictions(nb) -> list[tuple[int, int]]:

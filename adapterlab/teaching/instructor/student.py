@@ -58,6 +58,7 @@ from pathlib import Path
 import nbformat
 
 from . import labfiles
+from .start_page import START_PAGE, start_page
 from .labfiles import LabNotFoundError, find_labs
 
 BEGIN = "### BEGIN SOLUTION"
@@ -436,6 +437,7 @@ class StudentCopy:
 
 def make_student_copies(labs: list[str] | None = None, out_dir: Path | str = "build/student") -> list[StudentCopy]:
     """Write the student copy of the named labs (all when None) into `out_dir`; say what happened to each.
+    The whole course also gets its start page (:mod:`.start_page`), written and kept the way a copy is.
 
     Every lab is read and stubbed before anything is written, so a broken one stops the run with
     nothing changed. The command-line entry is `python -m adapterlab student`; `python3 run.py lab
@@ -446,7 +448,9 @@ def make_student_copies(labs: list[str] | None = None, out_dir: Path | str = "bu
     _refuse_same_names(notebooks, out_dir)
     _refuse_instructor_files(notebooks, out_dir)
     texts = {notebook.name: student_text(notebook) for notebook in notebooks}
-    return _write_copies(texts, out_dir)
+    if not labs:  # the whole course: its start page too, kept like a copy (a student's notes in it are theirs)
+        texts[START_PAGE] = start_page(notebooks)
+    return [copy for copy in _write_copies(texts, out_dir) if copy.path.name != START_PAGE]
 
 
 def student_text(notebook: Path) -> str:
@@ -544,9 +548,9 @@ def _status(current: str | None, fresh: str, recorded: str | None) -> str:
 
 def _kept_name(copy: Path) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    kept, n = copy.with_name(f"{copy.stem}.mine-{stamp}.ipynb"), 1
+    kept, n = copy.with_name(f"{copy.stem}.mine-{stamp}{copy.suffix}"), 1
     while kept.exists():
-        kept, n = copy.with_name(f"{copy.stem}.mine-{stamp}-{n}.ipynb"), n + 1
+        kept, n = copy.with_name(f"{copy.stem}.mine-{stamp}-{n}{copy.suffix}"), n + 1
     return kept
 
 
