@@ -223,6 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
     slides.add_argument("labs", nargs="*", metavar="LAB", help="lab number, name or notebook path (default: every lab)")
     slides.add_argument("--out", default="build/slides", help="folder for the decks (default: build/slides)")
     slides.add_argument("--pdf", action="store_true", help="also print each deck to a PDF, one page per slide (needs Chromium)")
+    slides.add_argument("--contact-sheet", action="store_true",
+                        help="also draw every slide of each deck as a thumbnail on one PNG, LAB.contact.png (needs Chromium)")
 
     student = commands.add_parser("student", help="write student copies of the labs, solutions stubbed out")
     student.add_argument("labs", nargs="*", metavar="LAB", help="lab number, name or notebook path (default: every lab)")
@@ -745,7 +747,8 @@ def slides_command(args) -> int:
     from .teaching.instructor.slides import OutputFolderError, export_slides
 
     try:
-        decks = export_slides(args.labs or None, args.out, pdf=getattr(args, "pdf", False))
+        decks = export_slides(args.labs or None, args.out, pdf=getattr(args, "pdf", False),
+                              contact_sheet=getattr(args, "contact_sheet", False))
     except (LabNotFoundError, OutputFolderError) as error:
         for line in getattr(error, "details", ()):  # a line per file that failed, above the summary
             print(f"  {line}", file=sys.stderr)
@@ -754,9 +757,12 @@ def slides_command(args) -> int:
         print(deck)
     slides = [path for path in decks if path.name.endswith(".slides.html")]
     pdfs = [path for path in decks if path.suffix == ".pdf"]
+    sheets = [path for path in decks if path.name.endswith(".contact.png")]
     counted = f"{len(slides)} slide deck{'s' if len(slides) != 1 else ''}"
     if pdfs:
-        counted += f" and {len(pdfs)} PDF{'s' if len(pdfs) != 1 else ''}"
+        counted += f", {len(pdfs)} PDF{'s' if len(pdfs) != 1 else ''}"
+    if sheets:
+        counted += f", {len(sheets)} contact sheet{'s' if len(sheets) != 1 else ''}"
     print(f"{counted} in {Path(args.out)}: open a deck in a browser, no network needed (keep lib/ beside them)")
     return OK
 

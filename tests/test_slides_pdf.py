@@ -51,17 +51,22 @@ def test_the_slides_command_reports_a_missing_chromium_in_one_line(monkeypatch, 
     assert len(error.splitlines()) == 1 and "ADAPTERLAB_CHROMIUM" in error
 
 
-def test_the_slides_command_counts_decks_and_pdfs_apart(monkeypatch, tmp_path, capsys):
-    """Two labs with --pdf write two decks and two PDFs: the summary says so, not "4 slide decks"."""
+def test_the_slides_command_counts_decks_pdfs_and_contact_sheets_apart(monkeypatch, tmp_path, capsys):
+    """Two labs with --pdf and --contact-sheet write two decks, two PDFs and two contact sheets: the summary says
+    so, not "6 slide decks"."""
     import adapterlab.slides_pdf as slides_pdf
+    import adapterlab.teaching.instructor.slides_preview as slides_preview
     from adapterlab.cli import main
 
-    def fake_pdf(deck):  # printing needs Chromium; the count does not
-        pdf = deck.with_name(deck.name.removesuffix(".slides.html") + ".pdf")
-        pdf.write_bytes(b"%PDF-1.4\n")
-        return pdf
+    def fake(suffix, data):  # printing and drawing need Chromium; the count does not
+        def make(deck):
+            made = deck.with_name(deck.name.removesuffix(".slides.html") + suffix)
+            made.write_bytes(data)
+            return made
+        return make
 
-    monkeypatch.setattr(slides_pdf, "deck_to_pdf", fake_pdf)
+    monkeypatch.setattr(slides_pdf, "deck_to_pdf", fake(".pdf", b"%PDF-1.4\n"))
+    monkeypatch.setattr(slides_preview, "deck_contact_sheet", fake(".contact.png", b"\x89PNG\r\n\x1a\n"))
     labs = []
     for number in (1, 2):
         lab = tmp_path / f"0{number}_tiny.ipynb"
@@ -69,7 +74,8 @@ def test_the_slides_command_counts_decks_and_pdfs_apart(monkeypatch, tmp_path, c
         nb.cells = [nbformat.v4.new_markdown_cell(f"# Tiny {number}\n\nText.", metadata={"slideshow": {"slide_type": "slide"}})]
         nbformat.write(nb, lab)
         labs.append(str(lab))
-    assert main(["slides", *labs, "--out", str(tmp_path / "out"), "--pdf"]) == 0
+    assert main(["slides", *labs, "--out", str(tmp_path / "out"), "--pdf", "--contact-sheet"]) == 0
     summary = capsys.readouterr().out.strip().splitlines()[-1]
-    assert summary.startswith("2 slide decks and 2 PDFs in "), summary
+    assert summary.startswith("2 slide decks, 2 PDFs, 2 contact sheets in "), summary
     assert len(list((tmp_path / "out").glob("*.pdf"))) == 2
+    assert len(list((tmp_path / "out").glob("*.contact.png"))) == 2

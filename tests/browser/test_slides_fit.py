@@ -33,11 +33,11 @@ import pytest
 from adapterlab.labfiles import all_labs
 from adapterlab.slide_layout import LectureLayout, slide_type
 from adapterlab.slides import PLOTLY_MIME
+from adapterlab.teaching.instructor.slides_preview import SHOW, compose_contact_sheet
 
 #: The projector's 16:9 and an older 4:3; the second is exhaustive (``python3 run.py test --full``).
 SIZES = [(1280, 720), pytest.param((1024, 768), marks=pytest.mark.full)]
 LOCAL_PROBES = ("about:",)  # MathJax 2 probes web-font support with a font at about:blank
-THUMB_WIDTH, COLUMNS = 320, 4
 
 # Problems on the shown slide, in screen pixels, one line each. An element is reported only when
 # its parent is not (the outermost culprit); formula and figure internals count as their box.
@@ -73,17 +73,6 @@ MEASURE = """() => {
         problems: [...problems].filter(([el]) => !problems.has(el.parentElement)).map(([, text]) => text),
         scale: zoom ? Number(zoom.style.zoom || 1) : 1,
     };
-}"""
-
-SHOW = """async ([h, v]) => {
-    Reveal.slide(h, v);
-    while (Reveal.nextFragment()) {}
-    await new Promise(done => window.MathJax ? MathJax.Hub.Queue(done) : done());
-    if (window.Plotly) {
-        await Promise.all([...Reveal.getCurrentSlide().querySelectorAll('.plotly-graph-div')].map(div => Plotly.Plots.resize(div)));
-    }
-    if (window.refreshSlide) await refreshSlide({currentSlide: Reveal.getCurrentSlide()});  // the deck's own fitting
-    await new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)));
 }"""
 
 # The minimums, in screen pixels at 1280×720; at another screen size they scale with the slide (a
@@ -214,25 +203,6 @@ LEGIBLE = """([minText, minCode, minFigure, minColumn, maxWords, otherSlides]) =
     return problems;
 }"""
 
-CONTACT_SHEET = """async ([shots, width, columns, title]) => {
-    const images = await Promise.all(shots.map(src => new Promise(done => {
-        const image = new Image(); image.onload = () => done(image); image.src = 'data:image/png;base64,' + src;
-    })));
-    const height = Math.round(width * images[0].height / images[0].width);
-    const canvas = document.createElement('canvas');
-    canvas.width = columns * (width + 8) + 8;
-    canvas.height = 40 + Math.ceil(images.length / columns) * (height + 30);
-    const context = canvas.getContext('2d');
-    context.fillStyle = '#ddd'; context.fillRect(0, 0, canvas.width, canvas.height);
-    context.fillStyle = '#000'; context.font = '18px sans-serif'; context.fillText(title, 8, 26);
-    images.forEach((image, i) => {
-        const x = 8 + (i % columns) * (width + 8), y = 40 + Math.floor(i / columns) * (height + 30);
-        context.font = '14px sans-serif'; context.fillText(`slide ${i + 1}`, x, y + 14);
-        context.drawImage(image, x, y + 20, width, height);
-    });
-    return canvas.toDataURL('image/png').split(',')[1];
-}"""
-
 _CODE = re.compile(r"```.*?```|`[^`\n]*`", re.S)
 _FORMULA = re.compile(r"\$\$.+?\$\$|\\\[.+?\\\]|\\\(.+?\\\)|(?<![\\$])\$(?!\$).+?(?<![\\])\$", re.S)
 
@@ -268,15 +238,6 @@ def walk_deck(page, legible: list[str] | None = None) -> tuple[list[str], list[s
     return problems, shots, scales
 
 
-def save_contact_sheet(browser, shots, path, title) -> None:
-    sheet = browser.new_page()
-    try:
-        png = sheet.evaluate(CONTACT_SHEET, [shots, THUMB_WIDTH, COLUMNS, title])
-    finally:
-        sheet.close()
-    path.write_bytes(base64.b64decode(png))
-
-
 _WALKS: dict = {}  # (lab, size) -> what walking the deck found, shared by the tests below
 
 # Per markdown cell: MathJax's formula frames, and the typeset formulas inside them (HTML-CSS's span.math).
@@ -304,8 +265,8 @@ def walked(lab, size, browser, offline_page, decks, screenshots) -> dict:
         legible = []
         problems, shots, scales = walk_deck(page, legible)
         label = f"{size[0]}x{size[1]}"
-        save_contact_sheet(browser, shots, screenshots / f"contact-{lab.stem}-{label}.png",
-                           f"{lab.stem} at {label}: {len(shots)} slides, smallest scale {min(scales):.2f}")
+        (screenshots / f"contact-{lab.stem}-{label}.png").write_bytes(compose_contact_sheet(
+            browser, shots, f"{lab.stem} at {label}: {len(shots)} slides, smallest scale {min(scales):.2f}"))
         first_figure = page.evaluate("""() => { const plot = document.querySelector('.js-plotly-plot');
             return plot ? Reveal.getSlides().indexOf(plot.closest('section')) : 0; }""")
         if size == (1280, 720):
@@ -479,21 +440,28 @@ def test_a_prediction_is_a_slide_whose_next_fragment_is_the_reveal(page, teachin
     assert "visible" in answer.get_attribute("class")
 
 
-def test_pdf_has_one_page_per_slide(chromium_executable, tmp_path):
-    """`adapterlab slides LAB --pdf` prints the deck through reveal.js's print view, one page per slide.
+def test_pdf_has_one_page_per_slide_and_the_contact_sheet_a_thumbnail_per_slide(chromium_executable, tmp_path):
+    """`adapterlab slides LAB --pdf --contact-sheet` prints the deck through reveal.js's print view, one page per
+    slide, and draws every slide as a 16:9 thumbnail, four to a row, on one PNG.
 
     Run as an instructor runs it, in a process of its own (this one's Playwright serves the other tests)."""
     from adapterlab.slides_pdf import page_count, slide_count
 
     lab = all_labs()[0].stem  # the setup lab: short, with a figure
     environment = {**os.environ, "ADAPTERLAB_CHROMIUM": chromium_executable}
-    done = subprocess.run([sys.executable, "-m", "adapterlab", "slides", lab[:2], "--out", str(tmp_path), "--pdf"],
-                          env=environment, capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, "-m", "adapterlab", "slides", lab[:2], "--out", str(tmp_path), "--pdf",
+                           "--contact-sheet"], env=environment, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     slides = slide_count((tmp_path / f"{lab}.slides.html").read_text(encoding="utf-8"))
     pdf = tmp_path / f"{lab}.pdf"
     assert slides > 3 and pdf.read_bytes().startswith(b"%PDF")
     assert page_count(pdf) == slides
+    png = (tmp_path / f"{lab}.contact.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n")
+    width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")  # the IHDR chunk
+    rows = -(-slides // 4)
+    assert (width, height) == (4 * (320 + 8) + 8, 40 + rows * (320 * 720 // 1280 + 30))  # a title line, then the rows
+    assert done.stdout.strip().splitlines()[-1].startswith("1 slide deck, 1 PDF, 1 contact sheet in ")
 
 
 def test_a_deck_prints_from_a_thread_whose_event_loop_runs(chromium_executable, tmp_path, monkeypatch):

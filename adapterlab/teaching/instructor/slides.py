@@ -153,9 +153,11 @@ def _export_one(exporter: SlidesExporter, notebook: Path) -> str:
     return body
 
 
-def export_slides(labs: list[str] | None = None, out_dir: Path | str = "build/slides", pdf: bool = False) -> list[Path]:
+def export_slides(labs: list[str] | None = None, out_dir: Path | str = "build/slides", pdf: bool = False,
+                  contact_sheet: bool = False) -> list[Path]:
     """Export the named labs (all when None) to `<out_dir>/<lab>.slides.html`; return the deck paths.
-    With ``pdf`` each deck is also printed to `<out_dir>/<lab>.pdf` (headless Chromium), listed after the decks.
+    With ``pdf`` each deck is also printed to `<out_dir>/<lab>.pdf`, and with ``contact_sheet`` every slide of it
+    is drawn as a thumbnail in `<out_dir>/<lab>.contact.png` (both by headless Chromium), listed after the decks.
 
     Every notebook is read before anything is written, so a broken one stops the export with a message
     that names it. Instructors run it as ``adapterlab slides``.
@@ -181,11 +183,12 @@ def export_slides(labs: list[str] | None = None, out_dir: Path | str = "build/sl
         raise _output_error(out_dir, error) from None
     except OSError as error:
         raise _output_error(out_dir, error) from None
-    if pdf:
-        from .slides_pdf import PdfError, deck_to_pdf
+    from .slides_pdf import PdfError, deck_to_pdf
+    from .slides_preview import deck_contact_sheet
 
-        try:
-            return decks + [deck_to_pdf(deck) for deck in decks]
-        except PdfError as error:
-            raise SlidesError(str(error)) from None
-    return decks
+    try:
+        pdfs = [deck_to_pdf(deck) for deck in decks] if pdf else []
+        sheets = [deck_contact_sheet(deck) for deck in decks] if contact_sheet else []
+    except PdfError as error:
+        raise SlidesError(str(error)) from None
+    return decks + pdfs + sheets
