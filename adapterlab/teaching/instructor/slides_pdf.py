@@ -10,6 +10,7 @@ PDF the same on a busy machine as on a quiet one. Instructors run it as ``adapte
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -77,32 +78,41 @@ def deck_to_pdf(deck: Path | str, chromium: str | None = None) -> Path:
         return worker.submit(_print, deck, chromium).result()
 
 
-def _print(deck: Path, chromium: str) -> Path:
-    pdf = deck.with_name(deck.name.removesuffix(".slides.html") + ".pdf")
-    slides = slide_count(deck.read_text(encoding="utf-8"))
+@contextlib.contextmanager
+def opened_deck(deck: Path, chromium: str, view: str = "", doing: str = "print"):
+    """(browser, page) with `deck` open at the deck's own size and reveal.js ready, in headless Chromium with no
+    network; closed on leaving. `view` is the URL's query (``?print-pdf``). A Playwright that is missing or
+    a Chromium that fails raise :class:`PdfError`, which says what to do; `doing` names the job in it."""
     try:
         from playwright.sync_api import Error, sync_playwright
     except ImportError:
-        raise PdfError("PDF slides need the playwright package (pip install playwright); it drives the Chromium "
-                       "installed here, no browser download") from None
+        raise PdfError(f"to {doing} a deck needs the playwright package (pip install playwright); it drives the "
+                       "Chromium installed here, no browser download") from None
     try:
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=chromium, args=ARGS)
             try:
                 page = browser.new_page(viewport=VIEWPORT)
                 page.set_default_timeout(TIMEOUT_MS)
-                page.goto(deck.as_uri() + "?print-pdf")
+                page.goto(deck.as_uri() + view)
                 page.wait_for_function("() => window.Reveal && Reveal.isReady()")
-                pages = page.evaluate(LAID_OUT)
-                if pages != slides:
-                    raise PdfError(f"the print view of {deck.name} has {pages} pages for its {slides} slides; "
-                                   "open the deck with ?print-pdf in Chromium and print it from there")
-                pdf.unlink(missing_ok=True)
-                page.pdf(path=str(pdf), prefer_css_page_size=True, print_background=True)
+                yield browser, page
             finally:
                 browser.close()
     except Error as error:
         reason = (str(error).strip().splitlines() or ["no message"])[0]
-        raise PdfError(f"Chromium could not print {deck.name} ({reason}); try again, or open the deck with "
-                       "?print-pdf in Chromium and print it from there") from None
+        raise PdfError(f"Chromium could not {doing} {deck.name} ({reason}); try again, or open the deck in "
+                       "Chromium and do it from there") from None
+
+
+def _print(deck: Path, chromium: str) -> Path:
+    pdf = deck.with_name(deck.name.removesuffix(".slides.html") + ".pdf")
+    slides = slide_count(deck.read_text(encoding="utf-8"))
+    with opened_deck(deck, chromium, "?print-pdf") as (_, page):
+        pages = page.evaluate(LAID_OUT)
+        if pages != slides:
+            raise PdfError(f"the print view of {deck.name} has {pages} pages for its {slides} slides; "
+                           "open the deck with ?print-pdf in Chromium and print it from there")
+        pdf.unlink(missing_ok=True)
+        page.pdf(path=str(pdf), prefer_css_page_size=True, print_background=True)
     return pdf

@@ -14,7 +14,7 @@ import base64
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .slides_pdf import ARGS, TIMEOUT_MS, VIEWPORT, PdfError, find_chromium
+from .slides_pdf import find_chromium, opened_deck
 
 THUMB_WIDTH, COLUMNS = 320, 4
 
@@ -83,26 +83,8 @@ def deck_contact_sheet(deck: Path | str, chromium: str | None = None) -> Path:
 
 def _sheet(deck: Path, chromium: str) -> Path:
     sheet = deck.with_name(deck.name.removesuffix(".slides.html") + ".contact.png")
-    try:
-        from playwright.sync_api import Error, sync_playwright
-    except ImportError:
-        raise PdfError("contact sheets need the playwright package (pip install playwright); it drives the "
-                       "Chromium installed here, no browser download") from None
-    try:
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=chromium, args=ARGS)
-            try:
-                page = browser.new_page(viewport=VIEWPORT)
-                page.set_default_timeout(TIMEOUT_MS)
-                page.goto(deck.as_uri())
-                page.wait_for_function("() => window.Reveal && Reveal.isReady()")
-                shots = slide_screenshots(page)
-                title = f"{deck.name.removesuffix('.slides.html')}: {len(shots)} slides at 1280x720"
-                sheet.write_bytes(compose_contact_sheet(browser, shots, title))
-            finally:
-                browser.close()
-    except Error as error:
-        reason = (str(error).strip().splitlines() or ["no message"])[0]
-        raise PdfError(f"Chromium could not show {deck.name} ({reason}); try again, or open the deck in "
-                       "Chromium and page through it there") from None
+    with opened_deck(deck, chromium, doing="draw") as (browser, page):
+        shots = slide_screenshots(page)
+        title = f"{deck.name.removesuffix('.slides.html')}: {len(shots)} slides at 1280x720"
+        sheet.write_bytes(compose_contact_sheet(browser, shots, title))
     return sheet
