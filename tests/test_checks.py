@@ -881,6 +881,45 @@ def test_trained_count_names_numbers_written_in_for_one_model():
     _fails(check, as_tensor, "must return a number")
 
 
+def test_trained_count_catches_on_drawn_models_a_count_right_only_for_the_fixed_cases():
+    """Answers right on every fixed case that the catalogue's cases cannot tell apart from the closed form: a table
+    of the fixed cases' counts, and a branch for a width under 32 that no fixed model has. Each is shown the
+    smallest drawn model it gets wrong (hypothesis shrinks it), never a catalogue mistake's name."""
+    fixed = {case: right_count(*case) for case in checks.TRAINED_COUNT_CASES}
+
+    def looked_up(*case):
+        return fixed.get(case, right_count(*case) + 1)
+
+    def small_width(d, *rest):
+        return right_count(d, *rest) + (d < 32) * d
+
+    for answer, drawn in ((looked_up, "d=1, n_layers=1, r=1"), (small_width, "d=1, n_layers=1, r=1")):
+        message = _fails(checks.check_trained_count, answer, drawn, "the smallest of", "drawn models",
+                         "No single mistake we know")
+        assert not any(text in message for _, _, text in checks._count_mistakes(1, 1, 1, "houlsby", True, 1))
+
+
+def test_the_closed_form_the_count_check_draws_with_is_a_real_model_s_count():
+    from hypothesis import given, settings
+
+    @settings(max_examples=60, derandomize=True, database=None, deadline=None)
+    @given(checks._drawn_count_cases())
+    def agrees(case):
+        assert checks._closed_form(*case) == checks._counted_model(*case)
+
+    agrees()
+
+
+def test_trained_count_accepts_right_counts_written_other_ways_on_every_drawn_model(capsys):
+    def module_by_module(d, n_layers, r, placement, train_layernorm, num_labels):
+        per_layer = {"houlsby": 2}.get(placement, 1) * ((d * r + r) + (r * d + d))
+        norms = (1 + 2 * n_layers) * (d + d) if train_layernorm else 0
+        return sum(per_layer for _ in range(n_layers)) + norms + (d + 1) * num_labels
+
+    checks.check_trained_count(module_by_module)
+    assert f"on {checks.DRAWN_COUNT_EXAMPLES} drawn models" in capsys.readouterr().out
+
+
 def test_trained_count_reports_a_stub_as_missing():
     _fails(checks.check_trained_count, _stub, MISSING)
 

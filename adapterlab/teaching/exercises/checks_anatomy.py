@@ -19,7 +19,8 @@ import numpy as np
 
 from .audit import ANYTHING
 from ...model.spectrum import effective_rank
-from .checks import CheckFailed, PackageAnswer, call_answer, makes_everywhere, plain_errors, report_passed
+from .checks import (CheckFailed, PackageAnswer, call_answer, makes_everywhere, plain_errors, report_passed,
+                     smallest_failing)
 
 _PACKAGE_RANK = PackageAnswer((effective_rank,), (
     "Your answer calls the package's effective_rank: that is the count this exercise asks you to write. Sort, sum "
@@ -239,12 +240,10 @@ def _drawn_what(values) -> str:
     return f"the drawn case of {len(values)} value{'s' if len(values) > 1 else ''} ({said}, in this order)"
 
 
-def _smallest_failing(name: str, rank_fn):
+def _smallest_failing(rank_fn):
     """The smallest drawn case on which ``rank_fn`` fails :func:`_check_one` (hypothesis shrinks it), or None."""
-    from hypothesis import HealthCheck, find, settings
-    from hypothesis.errors import NoSuchExample
 
-    def fails(case) -> bool:  # the answer alone, unaudited: hypothesis calls it hundreds of times while shrinking
+    def fails(case) -> bool:
         values, energy = case
         try:
             with np.errstate(all="ignore"):
@@ -253,12 +252,7 @@ def _smallest_failing(name: str, rank_fn):
             return True
         return isinstance(got, bool) or not isinstance(got, numbers.Integral) or got != _reference(values, energy)
 
-    drawing = settings(max_examples=DRAWN_EXAMPLES, derandomize=True, database=None, deadline=None,
-                       suppress_health_check=list(HealthCheck))
-    try:
-        return find(_drawn_spectra(), fails, settings=drawing)
-    except NoSuchExample:
-        return None
+    return smallest_failing(_drawn_spectra(), fails, DRAWN_EXAMPLES)
 
 
 def _unchanged(given, original) -> bool:
@@ -383,7 +377,7 @@ def check_effective_rank(rank_fn) -> None:
         _check_one(name, rank_fn, what, values, energy, cases=cases)
     what, values, _ = cases[0]
     _check_one(name, rank_fn, what, values, DEFAULT_ENERGY, default=True)
-    failing = _smallest_failing(name, rank_fn)
+    failing = _smallest_failing(rank_fn)
     if failing is not None:
         _check_one(name, rank_fn, _drawn_what(failing[0]), *failing, named=False)
     report_passed(
