@@ -219,3 +219,29 @@ def test_a_mistake_is_named_only_where_the_answer_makes_it_on_every_case():
     message = str(failure.value)
     assert wrong_on and f"your front is {only_the_neighbour(wrong_on[0])}" in message
     assert "next cheaper one" not in message and "no other method has at most" in message
+
+
+def test_a_front_right_only_on_the_fixed_sets_is_shown_the_smallest_drawn_set_it_gets_wrong():
+    """No fixed set has one method, or a front the scores' signs decide: answers written for the sets they were
+    tried on fail on a drawn one, shrunk to the fewest methods and smallest numbers, and no mistake is named."""
+    def needs_two(points):
+        return solution(points) if len(points) > 1 else []
+
+    with pytest.raises(CheckFailed) as failed:
+        check_pareto_front(needs_two)
+    message = str(failed.value)
+    assert "the drawn set of 1 method {'m0': (1, 0.0)}" in message and "it is ['m0']" in message
+    assert "You " not in message  # no mistake of the catalogue named
+
+    def positive_scores_only(points):  # the fixed sets' zero and negative scores never decide alone
+        front = solution(points)
+        return front if any(points[label][1] > 0 for label in front) or len(front) != 1 else []
+
+    with pytest.raises(CheckFailed, match="the drawn set of 1 method"):
+        check_pareto_front(positive_scores_only)
+
+
+@pytest.mark.parametrize("answer", [solution, by_brute_force])
+def test_right_fronts_pass_every_drawn_set(answer, capsys):
+    check_pareto_front(answer)
+    assert "and on 150 drawn sets" in capsys.readouterr().out

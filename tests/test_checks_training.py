@@ -359,7 +359,8 @@ def test_matthews_reference_is_scikit_learns():
 def test_matthews_accepts_right_answers(capsys):
     ct.check_matthews(matthews)
     ct.check_matthews(matthews_fp_fn_swapped)
-    assert capsys.readouterr().out.startswith("✔")
+    out = capsys.readouterr().out
+    assert out.startswith("✔") and f"on {ct.DRAWN_LABEL_SETS} drawn label sets" in out
 
 
 @pytest.mark.parametrize(
@@ -436,6 +437,18 @@ def test_matthews_names_a_mistake_only_where_the_answer_makes_it_on_every_case()
     """A number equal to one mistake's on the failing case is no diagnosis: the answer is told what was measured."""
     message = _fails(ct.check_matthews, two_accuracy_minus_one, words=("40 random labels", "returned", "the Matthews "
                                                                        "correlation is", "Count TP, TN, FP and FN"))
+    assert not any(mistake in message for _, mistake in ct._MATTHEWS_MISTAKES)
+
+
+def test_matthews_shows_an_answer_right_only_on_the_fixed_sets_the_smallest_drawn_set_it_gets_wrong():
+    """The fixed sets are 12 labels or more: an answer that goes wrong on short ones (here it takes a pair of
+    2 labels for a constant one) passes them all, and is shown the smallest drawn set it gets wrong."""
+    def short_sets_as_constant(labels, predictions):
+        return 0.0 if len(labels) < 12 else matthews(labels, predictions)
+
+    message = _fails(ct.check_matthews, short_sets_as_constant,
+                     words=("the drawn labels [0, 1] and predictions [0, 1]", "returned 0.0000", "is 1.0000",
+                            "Count TP, TN, FP and FN"))
     assert not any(mistake in message for _, mistake in ct._MATTHEWS_MISTAKES)
 
 

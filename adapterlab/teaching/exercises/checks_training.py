@@ -34,7 +34,7 @@ from ...runs.ablation import span_ablation
 from ...training.data import matthews
 from .audit import ANYTHING, REQUIRES_GRAD, WEIGHTS, hook_count
 from .checks import (POOLER_STAYS_FROZEN, CheckFailed, PackageAnswer, call_answer, close_enough, makes_everywhere,
-                     plain_errors, report_passed)
+                     plain_errors, report_passed, smallest_failing)
 
 __all__ = ["CheckFailed", "check_training_step", "check_matthews", "check_span_ablation", "check_serving",
            "check_pareto_front"]
@@ -528,46 +528,86 @@ _PACKAGE_MATTHEWS = PackageAnswer((matthews,), (
     "four kinds of outcome and combine them yourself."))
 
 
+_ZERO_WHEN_UNDEFINED = (
+    "When a class is missing (a constant predictor, or labels of one class) the denominator is 0; the Matthews "
+    "correlation is then defined as 0: return 0.0 instead of dividing.")
+
+
+def _check_one_matthews(name: str, matthews_fn, what: str, labels, predictions, named: bool = True) -> None:
+    """Check one pair of label and prediction arrays, in full (the audit around the call); name a mistake of the
+    catalogue only where ``named`` and the answer makes it on every fixed case (a drawn pair is checked once the
+    fixed ones passed)."""
+    expected = _correlation(labels.astype(np.float64), predictions.astype(np.float64))
+    degenerate = len(set(labels.tolist())) < 2 or len(set(predictions.tolist())) < 2
+    call = f"{name}(labels, predictions) for {what}"
+    with np.errstate(all="ignore"):
+        got = call_answer(call, matthews_fn, labels.copy(), predictions.copy(),
+                          hint=_ZERO_WHEN_UNDEFINED if degenerate else "", package=_PACKAGE_MATTHEWS)
+    value = _as_float(got)
+    if value is None:
+        raise CheckFailed(f"{call} returned {got!r}; return the score as one number (a float).")
+    overflow = None if degenerate or math.isclose(value, expected, rel_tol=1e-6, abs_tol=1e-9) else _overflowed(
+        value, labels, predictions)
+    if overflow:
+        raise CheckFailed(f"{call} returned {value:.4f}; the Matthews correlation is {expected:.4f}. {overflow}")
+    if math.isnan(value) or math.isinf(value):
+        raise CheckFailed(f"{call} returned {value}. {_ZERO_WHEN_UNDEFINED if degenerate else 'Return a finite number.'}")
+    if math.isclose(value, expected, rel_tol=1e-6, abs_tol=1e-9):
+        return
+    problem = _ZERO_WHEN_UNDEFINED if degenerate else _matthews_mistake(
+        matthews_fn, [case for case in _matthews_cases()
+                      if len(set(case[1].tolist())) == 2 and len(set(case[2].tolist())) == 2]) if named else None
+    raise CheckFailed(f"{call} returned {value:.4f}; the Matthews correlation is {expected:.4f}. "
+                      + (problem or "Count TP, TN, FP and FN from the two arrays, then apply the formula. "
+                                    "Likely causes: 0 taken as the positive class (1 = acceptable is), a count "
+                                    "mixed up, or the numerator or root written differently from "
+                                    "(TP·TN − FP·FN) / √((TP+FP)(TP+FN)(TN+FP)(TN+FN))."))
+
+
+#: How many label sets the check draws beyond its fixed ones (hypothesis, derandomized: the same every run).
+DRAWN_LABEL_SETS = 100
+
+
+def _drawn_label_sets():
+    """(labels, predictions): 1 to 60 pairs of 0/1 values as int64 arrays. A failing pair shrinks to the fewest
+    and smallest values that still fail."""
+    from hypothesis import strategies as st
+
+    pairs = st.lists(st.tuples(st.integers(0, 1), st.integers(0, 1)), min_size=1, max_size=60)
+    return pairs.map(lambda drawn: (np.array([label for label, _ in drawn], dtype=np.int64),
+                                    np.array([prediction for _, prediction in drawn], dtype=np.int64)))
+
+
 @plain_errors
 def check_matthews(matthews_fn) -> None:
     """Check ``matthews_fn(labels, predictions) -> float`` for 0/1 NumPy arrays (lab 7).
 
     The reference is Pearson's correlation of the label and prediction vectors (equal to the MCC for
     two classes, computed without the confusion counts), taken as 0 when either vector is constant,
-    as scikit-learn's ``matthews_corrcoef`` does.
+    as scikit-learn's ``matthews_corrcoef`` does. After the fixed cases, hypothesis draws label sets.
     """
     name = getattr(matthews_fn, "__name__", "matthews")
-    zero = ("When a class is missing (a constant predictor, or labels of one class) the denominator is 0; the "
-            "Matthews correlation is then defined as 0: return 0.0 instead of dividing.")
     for what, labels, predictions in _matthews_cases():
+        _check_one_matthews(name, matthews_fn, what, labels, predictions)
+
+    def fails(case) -> bool:  # the answer alone, unaudited: hypothesis calls it hundreds of times while shrinking
+        labels, predictions = case
+        try:
+            with np.errstate(all="ignore"):
+                value = _as_float(matthews_fn(labels.copy(), predictions.copy()))
+        except Exception:  # the failing case found is then checked in full, which names the error
+            return True
         expected = _correlation(labels.astype(np.float64), predictions.astype(np.float64))
-        degenerate = len(set(labels.tolist())) < 2 or len(set(predictions.tolist())) < 2
-        call = f"{name}(labels, predictions) for {what}"
-        with np.errstate(all="ignore"):
-            got = call_answer(call, matthews_fn, labels.copy(), predictions.copy(), hint=zero if degenerate else "",
-                              package=_PACKAGE_MATTHEWS)
-        value = _as_float(got)
-        if value is None:
-            raise CheckFailed(f"{call} returned {got!r}; return the score as one number (a float).")
-        overflow = None if degenerate or math.isclose(value, expected, rel_tol=1e-6, abs_tol=1e-9) else _overflowed(
-            value, labels, predictions)
-        if overflow:
-            raise CheckFailed(f"{call} returned {value:.4f}; the Matthews correlation is {expected:.4f}. {overflow}")
-        if math.isnan(value) or math.isinf(value):
-            raise CheckFailed(f"{call} returned {value}. {zero if degenerate else 'Return a finite number.'}")
-        if math.isclose(value, expected, rel_tol=1e-6, abs_tol=1e-9):
-            continue
-        problem = zero if degenerate else _matthews_mistake(
-            matthews_fn, [case for case in _matthews_cases()
-                          if len(set(case[1].tolist())) == 2 and len(set(case[2].tolist())) == 2])
-        raise CheckFailed(f"{call} returned {value:.4f}; the Matthews correlation is {expected:.4f}. "
-                          + (problem or "Count TP, TN, FP and FN from the two arrays, then apply the formula. "
-                                        "Likely causes: 0 taken as the positive class (1 = acceptable is), a count "
-                                        "mixed up, or the numerator or root written differently from "
-                                        "(TP·TN − FP·FN) / √((TP+FP)(TP+FN)(TN+FP)(TN+FN))."))
+        return value is None or not math.isclose(value, expected, rel_tol=1e-6, abs_tol=1e-9)
+
+    failing = smallest_failing(_drawn_label_sets(), fails, DRAWN_LABEL_SETS)
+    if failing is not None:
+        labels, predictions = failing
+        _check_one_matthews(name, matthews_fn, f"the drawn labels {labels.tolist()} and predictions "
+                            f"{predictions.tolist()}", labels, predictions, named=False)
     report_passed("Your Matthews correlation matches the correlation of labels and predictions on 4 random label sets "
             "and at CoLA's sizes (1,043 and 8,551), and gives 0 for a constant predictor and labels of either class alone, 1 when "
-            "perfect, −1 when inverted.")
+            f"perfect, −1 when inverted; and on {DRAWN_LABEL_SETS} drawn label sets.")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1191,8 +1231,36 @@ def check_pareto_front(front_fn) -> None:
     cases = _front_cases()
     for what, points in cases:
         _check_one_front(name, front_fn, what, points, package, cases)
+
+    def fails(points) -> bool:  # the answer alone, unaudited: hypothesis calls it hundreds of times while shrinking
+        try:
+            got = list(front_fn(dict(points)))
+        except Exception:  # the failing case found is then checked in full, which names the error
+            return True
+        return not _front_accepted(got, _reference_front(points), points)
+
+    failing = smallest_failing(_drawn_fronts(), fails, DRAWN_FRONTS)
+    if failing is not None:
+        _check_one_front(name, front_fn, f"the drawn set of {len(failing)} method{'s' if len(failing) > 1 else ''} "
+                         f"{failing}", failing, package, cases, named=False)
     report_passed(f"Your front matches a pairwise comparison of every method on {len(cases)} sets of methods, "
-            "equal parameter counts, equal scores, exact duplicates and scores of 0 or below included.")
+            "equal parameter counts, equal scores, exact duplicates and scores of 0 or below included, and on "
+            f"{DRAWN_FRONTS} drawn sets.")
+
+
+#: How many sets of methods the check draws beyond its fixed ones (hypothesis, derandomized: the same every run).
+#: Counts and scores come from short ranges, so that equal counts, equal scores and exact twins are common.
+DRAWN_FRONTS = 150
+
+
+def _drawn_fronts():
+    """Sets of 1 to 12 methods, labelled "m0", "m1", ...: counts from 1 to 20, scores in steps of 0.25 from −1 to
+    1. A failing set shrinks to the fewest methods and smallest numbers that still fail."""
+    from hypothesis import strategies as st
+
+    method = st.tuples(st.integers(1, 20), st.integers(-4, 4).map(lambda quarter: quarter / 4))
+    return st.lists(method, min_size=1, max_size=12).map(
+        lambda drawn: {f"m{k}": point for k, point in enumerate(drawn)})
 
 
 #: A win this narrow is what a tolerance in the comparison swallows.
@@ -1219,20 +1287,28 @@ def _wrong_front(mistake: int, points: dict) -> list:
     return [] if wrong == _reference_front(points) else [wrong]
 
 
-def _check_one_front(name: str, front_fn, what: str, points: dict, package: PackageAnswer, cases) -> None:
+def _front_accepted(got: list, expected: list, points: dict) -> bool:
+    """Whether ``got`` is the front: ``expected``, or it with exact twins (same count and score) in another order."""
+    if got == expected:
+        return True
+    return (sorted(map(str, got)) == sorted(map(str, expected)) and len(set(map(str, got))) == len(got)
+            and all(label in points for label in got) and [points[label] for label in got] == [points[label] for label in expected])
+
+
+def _check_one_front(name: str, front_fn, what: str, points: dict, package: PackageAnswer, cases,
+                     named: bool = True) -> None:
+    """Check one set of methods, in full (the audit around the call); name a mistake of the catalogue only where
+    ``named`` and the answer makes it on every fixed case (a drawn set is checked once the fixed ones passed)."""
     expected = _reference_front(points)
     got = _front_of(name, front_fn, what, points, package)
-    if got == expected:
+    if _front_accepted(got, expected, points):
         return
-    if sorted(map(str, got)) == sorted(map(str, expected)) and len(set(map(str, got))) == len(got) and [
-            points[label] for label in got] == [points[label] for label in expected]:
-        return  # exact duplicates may come in either order
     if len(set(map(str, got))) < len(got):
         raise CheckFailed(f"For {what} your front lists a method more than once ({got}); list each label once.")
     if sorted(map(str, got)) == sorted(map(str, expected)):
         raise CheckFailed(f"For {what} you found the right methods, in the wrong order: list the front from the "
                           f"fewest trained parameters to the most ({expected}).")
-    mistakes = _front_mistakes(points)
+    mistakes = _front_mistakes(points) if named else []
     matching = [number for number, (wrong, _) in enumerate(mistakes) if got == wrong != expected]
     if len(set(points.values())) < len(points):  # exact twins: that is what a wrong answer missed first
         matching.sort(key=lambda number: mistakes[number][1] != _TWINS)
