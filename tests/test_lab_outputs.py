@@ -65,3 +65,37 @@ def test_a_family_of_verdicts_is_shown_as_a_table(lab):
             sentences = text.count("; Holm over ")
             assert sentences <= 1 or "verdict-table" in "".join(output.get("data", {}).get("text/html", "")), \
                 f"cell {index} prints {sentences} verdicts of a family as sentences"
+
+
+def stored_figures(lab):
+    """(cell index, plotly figure) of every figure a lab's outputs store."""
+    nb = nbformat.read(lab, as_version=4)
+    return [(index, output["data"]["application/vnd.plotly.v1+json"]) for index, cell in enumerate(nb.cells)
+            for output in cell.get("outputs", []) if "application/vnd.plotly.v1+json" in output.get("data", {})]
+
+
+def _colour(trace) -> str | None:
+    return next((trace[key]["color"] for key in ("line", "marker")
+                 if isinstance(trace.get(key, {}).get("color"), str)), None)
+
+
+@pytest.mark.parametrize("lab", all_labs(), ids=lambda lab: lab.stem)
+def test_every_stored_figure_sets_its_axis_titles_on_lines_that_fit_and_keeps_the_course_s_colours(lab):
+    """What the decks and a student see are the stored figures, not what plots.py would draw today: a y-axis
+    title longer than the plot is tall is cut on the slide, and a nonlinearity or method that changes colour
+    between figures misleads a reader who learnt it from the first one."""
+    from adapterlab.teaching.notebook import plots
+
+    for index, figure in stored_figures(lab):
+        for name, axis in figure["layout"].items():
+            title = axis.get("title", {}) if name.startswith("yaxis") else {}
+            text = title.get("text", "") if isinstance(title, dict) else str(title)
+            assert all(len(line) <= plots.Y_TITLE_CHARS for line in text.split("<br>")), f"cell {index}: {text!r}"
+        for trace in figure["data"]:
+            name, colour = str(trace.get("name") or ""), _colour(trace)
+            if colour is None:
+                continue
+            if name.lower() in plots.ACTIVATION_COLORS:
+                assert colour == plots.ACTIVATION_COLORS[name.lower()], f"cell {index}: {name} is {colour}"
+            elif plots.method_style(name) is not None:
+                assert colour == plots.method_style(name)[0], f"cell {index}: {name} is {colour}"

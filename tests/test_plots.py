@@ -222,3 +222,32 @@ def test_the_layer_figure_plots_points_lost_in_colours_no_method_uses():
     used = {trace.marker.color for trace in fig.data}
     assert len(used) == 2 and not used & {color for color, _ in METHOD_STYLES.values()}
     assert fig.layout.yaxis.range[1] > 10, "room above the highest point for its label"
+
+
+def test_each_nonlinearity_keeps_its_colour_in_every_figure_whatever_the_order():
+    first = plots.activations_figure(("gelu", "relu", "identity"))
+    second = plots.activations_figure(("identity", "gelu", "relu"))
+    fit = plots.linear_fit_figure({"init_scale": [1e-3, 1e-2], "d_model": 8, "bottleneck": 2,
+                                   "residual": {"identity": [0.0, 0.0], "gelu": [0.1, 0.2], "relu": [0.3, 0.4]}})
+    colours = [{trace.name: trace.line.color for trace in fig.data} for fig in (first, second, fit)]
+    assert colours[0] == colours[1] == colours[2]
+    assert len(set(colours[0].values())) == 3
+
+
+def test_the_placements_of_the_count_figure_are_drawn_as_the_methods_they_are():
+    """Pfeiffer and parallel train the same count at every r: their lines lie on each other, so each needs the
+    marker (and colour) it has in every other figure; the marked choice is not taken for a method."""
+    curves = {name: {"bottleneck": [8, 64], "trainable": [1e5, 1e6]} for name in ("houlsby", "pfeiffer", "parallel")}
+    fig = plots.counts_figure(curves, current=("pfeiffer", 64, 1e6))
+    for trace in fig.data[:3]:
+        assert (trace.line.color, trace.marker.symbol) == plots.method_style(trace.name)
+    assert plots.method_style(fig.data[3].name) is None
+
+
+def test_the_training_figure_sets_its_axis_titles_on_lines_that_fit():
+    history = History(steps=[1, 2], loss=[0.7, 0.6], evals=[{"step": 2, "loss": 0.6, "accuracy": 0.8}],
+                      metric="accuracy")
+    fig = plots.training_figure(history)
+    titles = [fig.layout.yaxis.title.text, fig.layout.yaxis2.title.text]
+    assert "cross-entropy loss" in titles[0] and "<br>" in titles[0]
+    assert all(len(line) <= plots.Y_TITLE_CHARS for title in titles for line in title.split("<br>"))

@@ -57,7 +57,7 @@ def test_counts_explorer_redraws_on_slider_and_dropdown():
     assert marker.x[0] == 48 and marker.y[0] == pytest.approx(expected / 1e6)
     panel.controls["placement"].value = "pfeiffer"
     assert "894,528" in panel.table.value  # 12 adapters of 74,544
-    assert panel.figure.data[-1].name == "pfeiffer, r = 48"
+    assert panel.figure.data[-1].name == "your choice: pfeiffer, r = 48"
     assert "NO" not in panel.table.value
 
 

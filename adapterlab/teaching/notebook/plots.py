@@ -25,6 +25,14 @@ COLORS = {"frozen": "#d9d9d9", "adapter": "#f28e2b", "layernorm": "#a0c4e8", "he
 LINE_COLORS = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#b07aa1"]
 #: Two tasks side by side (lab 11), in colours no method uses.
 TASK_COLORS = ["#59a14f", "#555555"]
+#: One colour per nonlinearity in every figure of the course (labs 1 and 3 draw them in different orders).
+ACTIVATION_COLORS = {"gelu": "#4e79a7", "relu": "#f28e2b", "identity": "#59a14f", "tanh": "#e15759",
+                     "silu": "#76b7b2", "sigmoid": "#b07aa1"}
+
+
+def activation_color(name: str, k: int = 0) -> str:
+    """The colour of nonlinearity ``name`` (another name takes the ``k``-th of LINE_COLORS)."""
+    return ACTIVATION_COLORS.get(str(name).lower(), LINE_COLORS[k % len(LINE_COLORS)])
 
 #: One colour and one marker per training method, in every figure of the course: a reader who learnt that
 #: orange diamonds are LoRA in lab 10's first figure reads the next figure without its legend. The key is
@@ -117,9 +125,10 @@ def activations_figure(names=("gelu", "relu", "identity"), lo: float = -3.0, hi:
     """The nonlinearities an adapter may use, on [lo, hi]."""
     x = torch.linspace(lo, hi, 121)
     fig = go.Figure()
-    for name, color in zip(names, LINE_COLORS):
+    for k, name in enumerate(names):
         with torch.no_grad():
-            fig.add_scatter(x=x.tolist(), y=make_activation(name)(x).tolist(), mode="lines", name=name, line_color=color)
+            fig.add_scatter(x=x.tolist(), y=make_activation(name)(x).tolist(), mode="lines", name=name,
+                            line_color=activation_color(name, k))
     return _layout(fig, "The nonlinearity f acts on each of the r numbers separately", "input z", "f(z)")
 
 
@@ -194,9 +203,9 @@ def singular_values_figure(values: dict, bottleneck: int,
 def linear_fit_figure(sweep: dict) -> go.Figure:
     """Relative residual of the best affine fit of an adapter's correction, per activation, against σ."""
     fig = go.Figure()
-    for (name, residuals), color in zip(sweep["residual"].items(), LINE_COLORS):
+    for k, (name, residuals) in enumerate(sweep["residual"].items()):
         fig.add_scatter(x=sweep["init_scale"], y=[max(r, 1e-17) for r in residuals], mode="lines+markers",
-                        name=name, line_color=color)
+                        name=name, line_color=activation_color(name, k))
     return _layout(fig, f"What the best linear map misses of an adapter's correction (d = {sweep['d_model']}, "
                         f"r = {sweep['bottleneck']})",
                    "weight scale σ (log)", "relative residual ‖fit − Δ‖ / ‖Δ‖ (log)", log_x=True, log_y=True)
@@ -217,12 +226,12 @@ def counts_figure(curves: dict, current: tuple[str, int, int] | None = None, bac
     (placement, r, trainable) to mark.
     """
     fig = go.Figure()
-    for (name, curve), color in zip(curves.items(), LINE_COLORS):
+    for (name, curve), (color, marker, _) in zip(curves.items(), _styles(curves)):
         fig.add_scatter(x=curve["bottleneck"], y=[t / 1e6 for t in curve["trainable"]], mode="lines+markers",
-                        name=name, line_color=color)
+                        name=name, line_color=color, marker_symbol=marker)
     if current is not None:
         placement, r, trainable = current
-        fig.add_scatter(x=[r], y=[trainable / 1e6], mode="markers", name=f"{placement}, r = {r}",
+        fig.add_scatter(x=[r], y=[trainable / 1e6], mode="markers", name=f"your choice: {placement}, r = {r}",
                         marker=dict(size=14, color="black", symbol="circle-open", line_width=2))
     return _layout(fig, f"Trainable parameters per task{', ' + backbone if backbone else ''}",
                    "bottleneck r (log)", "trainable parameters incl. the head (millions; log)", log_x=True, log_y=True)
@@ -345,10 +354,11 @@ def training_figure(history) -> go.Figure:
                        name=f"eval {history.metric}", row=1, col=2)
     for col in (1, 2):
         figure.update_xaxes(title_text="step (optimizer updates)", row=1, col=col)
-    figure.update_yaxes(title_text="cross-entropy loss (nats per example)", row=1, col=1)
-    figure.update_yaxes(title_text=METRIC_AXES.get(history.metric, history.metric), row=1, col=2)
+    figure.update_yaxes(title_text=_axis_title("cross-entropy loss (nats per example)"), row=1, col=1)
+    figure.update_yaxes(title_text=_axis_title(METRIC_AXES.get(history.metric, history.metric)), row=1, col=2)
+    figure.update_yaxes(automargin=True)
     # A horizontal legend's default place is on top of the x-axis titles: put it below them.
-    figure.update_layout(title_text=history.title or "Training", height=420, margin=dict(b=110),
+    figure.update_layout(title_text=history.title or "Training", height=420, margin=dict(b=110), template=TEMPLATE,
                          legend=dict(orientation="h", yanchor="top", y=-0.3, x=0))
     return figure
 
