@@ -53,3 +53,20 @@ def test_every_cell_id_is_unique(lab):
     find cells by id would no longer agree with the file."""
     ids = [cell["id"] for cell in json.loads(lab.read_text(encoding="utf-8"))["cells"]]
     assert len(set(ids)) == len(ids), f"repeated cell ids: {sorted({i for i in ids if ids.count(i) > 1})}"
+
+
+@pytest.mark.parametrize("lab", all_labs(), ids=lambda lab: lab.stem)
+def test_no_wrapped_line_of_prose_starts_with_a_number_and_a_full_stop(lab):
+    """A paragraph wrapped so that a line starts "0. r = 256's interval …" reads as prose in JupyterLab (a list
+    that does not start at 1 cannot interrupt a paragraph) but as a list item on its slide, which showed "0." as
+    a list of one. A line inside a paragraph that is no list must not start like a list item."""
+    nb = nbformat.read(lab, as_version=4)
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "markdown":
+            continue
+        for block in re.split(r"\n\s*\n", cell.source):
+            lines = block.strip("\n").split("\n")
+            if re.match(r"\s*([*+-]|\d+\.) |#|<|\|", lines[0]):
+                continue  # a list, a heading, HTML or a table
+            wrapped = [line for line in lines[1:] if re.match(r"\d+\. ", line)]
+            assert not wrapped, f"cell {index}: a line starts like a list item: {wrapped[0][:60]!r}"

@@ -82,8 +82,8 @@ def _colour(trace) -> str | None:
 @pytest.mark.parametrize("lab", all_labs(), ids=lambda lab: lab.stem)
 def test_every_stored_figure_sets_its_axis_titles_on_lines_that_fit_and_keeps_the_course_s_colours(lab):
     """What the decks and a student see are the stored figures, not what plots.py would draw today: a y-axis
-    title longer than the plot is tall is cut on the slide, and a nonlinearity or method that changes colour
-    between figures misleads a reader who learnt it from the first one."""
+    title longer than the plot is tall is cut on the slide, and a nonlinearity, method, task or pooler choice
+    that changes colour between figures misleads a reader who learnt it from the first one."""
     from adapterlab.teaching.notebook import plots
 
     for index, figure in stored_figures(lab):
@@ -95,7 +95,9 @@ def test_every_stored_figure_sets_its_axis_titles_on_lines_that_fit_and_keeps_th
             name, colour = str(trace.get("name") or ""), _colour(trace)
             if colour is None:
                 continue
-            if name.lower() in plots.ACTIVATION_COLORS:
+            if plots.series_color(name.removesuffix(": each seed")):
+                assert colour == plots.series_color(name.removesuffix(": each seed")), f"cell {index}: {name} is {colour}"
+            elif name.lower() in plots.ACTIVATION_COLORS:
                 assert colour == plots.ACTIVATION_COLORS[name.lower()], f"cell {index}: {name} is {colour}"
             elif plots.method_style(name) is not None:
                 assert colour == plots.method_style(name)[0], f"cell {index}: {name} is {colour}"

@@ -251,3 +251,19 @@ def test_the_training_figure_sets_its_axis_titles_on_lines_that_fit():
     titles = [fig.layout.yaxis.title.text, fig.layout.yaxis2.title.text]
     assert "cross-entropy loss" in titles[0] and "<br>" in titles[0]
     assert all(len(line) <= plots.Y_TITLE_CHARS for title in titles for line in title.split("<br>"))
+
+
+def test_a_task_or_a_pooler_choice_keeps_its_colour_whatever_it_is_drawn_beside():
+    alone, beside = plots._styles(["pooler trained"]), plots._styles(["pooler frozen", "pooler trained"])
+    assert alone[0][0] == beside[1][0] != beside[0][0]
+    assert plots._styles(["SST-2", "CoLA"])[0][0] == plots._styles(["CoLA", "SST-2"])[1][0] == plots.TASK_COLORS[0]
+    assert {plots.method_style(name) and plots.method_style(name)[0] for name in plots.METHOD_STYLES} & {
+        plots.TASK_COLORS[0], plots.TASK_COLORS[1]} == set(), "no method wears a task's colour"
+
+
+def test_the_panel_s_placement_bars_wear_their_methods_colours():
+    rows = [{"placement": name, "value": 0.8, "trained": 1000, "metric": "accuracy"}
+            for name in ("houlsby", "pfeiffer", "parallel", "head")]
+    [bars] = plots.sweep_figure(rows, "placement", "placements").data
+    assert list(bars.marker.color) == [plots.METHOD_STYLES[key][0] for key in ("houlsby", "pfeiffer", "parallel",
+                                                                             "head only")]

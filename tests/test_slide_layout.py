@@ -633,3 +633,36 @@ def test_a_paragraph_cut_for_room_ends_at_a_full_stop_not_at_a_semicolon(tmp_pat
     shown = " ".join(slide["text"].split())
     assert not shown.rstrip().endswith(";") and ("HALF-TWO" in shown) == ("MCC 0;" in shown), shown
     assert "HALF-TWO" in " ".join(slide["notes"].split()) or "HALF-TWO" in shown
+
+
+def test_a_folded_lesson_is_never_shown_as_its_label_alone(tmp_path):
+    """A "What this teaches" block revealed where its slide has little room shows its label with the lesson's first
+    sentence: lab 9's latency result showed "What this teaches." alone, its lesson in the notes."""
+    lead = " ".join(["Words that fill most of the slide before the reveal,"] * 5) + " so it ends here."
+    lesson = ("<details><summary>What this teaches</summary>\n\nLESSON-START adapters are cheap to store and to "
+              "train, but not free to run: every token passes through them, so an adapter model pays a few percent "
+              "on every request (the rows houlsby and pfeiffer above, on a quiet machine; the operation counts below "
+              "on any machine), while a merged LoRA or a folded linear adapter pays nothing, at the price of "
+              "serving one task.\n\n</details>")
+    deck = export(tmp_path, [cell("md", "## A result\n\n" + lead, "slide"), cell("md", lesson, "fragment")])
+    shown = [" ".join(slide["text"].split()) for slide in deck.slides if "What this teaches" in slide["text"]]
+    assert shown and all("LESSON-START" in text for text in shown), shown
+
+
+def test_a_figure_whose_title_heads_its_slide_keeps_the_room_for_a_note_above_its_plot():
+    """Lab 7's init-scale figures set the paper's finding above the plot; when the layout takes the figure's
+    title out to head the slide it used to shrink the top margin to 30 px, and the note vanished off the top."""
+    from adapterlab.teaching.instructor.slide_layout import _figure_title_as_heading
+
+    def figure_cell(annotations):
+        layout = {"title": {"text": "SST-2 vs init scale"}, "margin": {"t": 100}, "annotations": annotations}
+        output = nbformat.v4.new_output("display_data", data={"application/vnd.plotly.v1+json": {"data": [],
+                                                                                                "layout": layout}})
+        return nbformat.v4.new_code_cell("fig", outputs=[output], metadata={"transient": {"remove_source": True}})
+
+    marks = [{"text": "1e-2: paper", "yref": "paper", "y": 1}]
+    noted, plain = figure_cell(marks + [{"text": "paper Fig. 6", "yref": "paper", "y": 1.09}]), figure_cell(marks)
+    for cell, top in ((noted, 100), (plain, 30)):
+        assert _figure_title_as_heading([cell]) == "SST-2 vs init scale"
+        layout = cell.outputs[0]["data"]["application/vnd.plotly.v1+json"]["layout"]
+        assert "title" not in layout and layout["margin"]["t"] == top

@@ -433,12 +433,17 @@ def _sentences(paragraph: str) -> list[str]:
 _LIST_ITEM = re.compile(r"[*+-] |\d+\. ")
 
 
+#: A bold lead-in that is all its sentence holds ("**What this teaches.**"): a label, not a point of its own.
+_LEAD_IN = re.compile(r"\*\*[^*]+\*\*")
+
+
 def _whole_sentences(text: str) -> list[str]:
     """`text` cut into sentences that each run to their full stop: a clause ending in ";" joins the one after it
-    (a slide that ended on "all fifteen runs end at MCC 0;" left its point in the notes)."""
+    (a slide that ended on "all fifteen runs end at MCC 0;" left its point in the notes), and so does a bold
+    lead-in (a slide showed "What this teaches." alone, its lesson in the notes)."""
     whole = []
     for piece in _sentences(text):
-        if whole and whole[-1].endswith(";"):
+        if whole and (whole[-1].endswith(";") or _LEAD_IN.fullmatch(whole[-1])):
             whole[-1] += " " + piece
         else:
             whole.append(piece)
@@ -665,7 +670,9 @@ def _figure_title_as_heading(cells) -> str | None:
         layout["title"] = {"text": subtitle["text"], "font": subtitle.get("font", {})}
     else:
         layout.pop("title")
-        layout.setdefault("margin", {})["t"] = 30
+        above = [note for note in layout.get("annotations", []) if note.get("yref") == "paper" and note.get("y", 0) > 1]
+        if not above:  # a note set above the plot (a paper's finding) keeps the room the title left it
+            layout.setdefault("margin", {})["t"] = 30
     return " ".join(re.sub(r"<[^>]+>", " ", text).split())
 
 

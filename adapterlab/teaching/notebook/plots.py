@@ -25,6 +25,10 @@ COLORS = {"frozen": "#d9d9d9", "adapter": "#f28e2b", "layernorm": "#a0c4e8", "he
 LINE_COLORS = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#b07aa1"]
 #: Two tasks side by side (lab 11), in colours no method uses.
 TASK_COLORS = ["#59a14f", "#555555"]
+#: Series that are no method but recur across figures, each in one colour: the tasks (lab 11's colours, which
+#: no method uses) and the pooler's two choices (lab 7 drew "pooler trained" blue alone, orange beside "frozen").
+SERIES_COLORS = {"sst-2": TASK_COLORS[0], "cola": TASK_COLORS[1], "pooler trained": "#4e79a7",
+                 "pooler frozen": "#f28e2b"}
 #: One colour per nonlinearity in every figure of the course (labs 1 and 3 draw them in different orders).
 ACTIVATION_COLORS = {"gelu": "#4e79a7", "relu": "#f28e2b", "identity": "#59a14f", "tanh": "#e15759",
                      "silu": "#76b7b2", "sigmoid": "#b07aa1"}
@@ -47,6 +51,7 @@ METHOD_STYLES = {
     "layernorm only": ("#edc948", "pentagon"),
     "bitfit": ("#ff9da7", "star"),
     "head only": ("#bab0ac", "x"),
+    "head": ("#bab0ac", "x"),  # the training panel's placement "head": the head only
     "full fine-tuning": ("#e15759", "hexagon"),
 }
 
@@ -76,12 +81,18 @@ def method_style(label: str) -> tuple[str, str] | None:
     return next((style for key, style in METHOD_STYLES.items() if name.startswith(key)), None)
 
 
+def series_color(label: str) -> str | None:
+    """The fixed colour of a recurring series that is no method (:data:`SERIES_COLORS`), or None."""
+    return SERIES_COLORS.get(str(label).lower())
+
+
 def _styles(labels) -> list[tuple[str, str, str]]:
     """(colour, marker, line dash) per label: a method's own colour and marker, a solid line for its first
-    trace and a dashed one for the next (LoRA r=8, then LoRA r=64); other labels take LINE_COLORS in turn."""
+    trace and a dashed one for the next (LoRA r=8, then LoRA r=64); a recurring series its own colour; other
+    labels take LINE_COLORS in turn."""
     styles, seen, others = [], set(), 0
     for label in labels:
-        style = method_style(label)
+        style = method_style(label) or (series_color(label) and (series_color(label), "circle"))
         if style is None:
             style = (LINE_COLORS[others % len(LINE_COLORS)], "circle")
             others += 1
@@ -419,8 +430,10 @@ def sweep_figure(rows: list[dict], control: str, title: str, baseline: tuple[str
         title += f" ({len(failed)} diverged: {', '.join(str(row[control]) for row in failed)})"
     fig = go.Figure()
     if control == "placement":
-        fig.add_bar(x=[row["placement"] for row in done], y=[row["value"] for row in done],
-                    marker_color=LINE_COLORS[0], text=[f"{row['trained']:,} trained" for row in done],
+        placements = [row["placement"] for row in done]
+        fig.add_bar(x=placements, y=[row["value"] for row in done],
+                    marker_color=[color for color, _, _ in _styles(placements)],
+                    text=[f"{row['trained']:,} trained" for row in done],
                     textposition="outside", name=metric)
     else:
         fig.add_scatter(x=[row[control] for row in done], y=[row["value"] for row in done], mode="lines+markers",
