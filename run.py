@@ -42,6 +42,9 @@ START_PAGE = "README.md"  # the student copies' start page, written with them by
 #: JupyterLab settings layered under the user's own for the student copies: a markdown file opens rendered,
 #: so that the start page reads as a page rather than as its source.
 START_SETTINGS = {"@jupyterlab/docmanager-extension:plugin": {"defaultViewers": {"markdown": "Markdown Preview"}}}
+#: ... and nbgrader's menu and assignment panel, which are the instructor's (the environment that runs the tests
+#: has nbgrader installed), are not shown to students.
+STUDENT_PAGE_CONFIG = {"disabledExtensions": {"@jupyter/nbgrader": True}}
 USAGE = """usage: python3 run.py lab --student   your copies of the labs, exercises to do (in build/student/)
        python3 run.py lab             the instructor's labs, with solutions (in labs/)
        python3 run.py test            the tests (--full: with their exhaustive variants)
@@ -198,7 +201,7 @@ def venv_environment() -> dict:
 def jupyter_environment(extra: list[str], student: bool = False) -> dict:
     """The environment JupyterLab starts in (:func:`venv_environment`), with config folders put first on
     ``JUPYTER_CONFIG_PATH`` (the user's own configuration is still read after them). For the student copies,
-    one holds :data:`START_SETTINGS`. As root (a container, a lab machine's admin account) JupyterLab refuses to
+    one holds :data:`START_SETTINGS` and :data:`STUDENT_PAGE_CONFIG`. As root (a container, a lab machine's admin account) JupyterLab refuses to
     start unless allowed to: another allows it, and one line says so."""
     env = venv_environment()
     folders = []
@@ -206,6 +209,7 @@ def jupyter_environment(extra: list[str], student: bool = False) -> dict:
         folder = ROOT / "build" / "jupyter-student"
         (folder / "labconfig").mkdir(parents=True, exist_ok=True)
         (folder / "labconfig" / "default_setting_overrides.json").write_text(json.dumps(START_SETTINGS) + "\n")
+        (folder / "labconfig" / "page_config.json").write_text(json.dumps(STUDENT_PAGE_CONFIG) + "\n")
         folders.append(str(folder))
     if getattr(os, "geteuid", lambda: 1)() == 0 and "--allow-root" not in extra:
         folder = ROOT / "build" / "jupyter-as-root"

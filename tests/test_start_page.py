@@ -46,7 +46,7 @@ def test_the_start_page_lists_every_lab_in_order_with_its_objectives():
     for lab, (title, _, objectives, _) in zip(labs, links):
         nb = json.loads(lab.read_text())
         assert title.startswith(f"Lab {int(lab.name[:2])} ")
-        assert objectives.split("<br>") == nb["metadata"]["adapterlab"]["objectives"]
+        assert objectives.split("<br>") == ["• " + objective for objective in nb["metadata"]["adapterlab"]["objectives"]]
 
 
 def test_the_whole_course_gets_a_start_page_which_a_student_s_edit_does_not_lose(tmp_path):

@@ -71,6 +71,7 @@ def test_jupyterlab_opens_the_student_copies_on_their_start_page(copies, student
     page = student_page.locator(".jp-RenderedMarkdown").filter(has=student_page.locator("h1"))
     page.locator("h1").wait_for()
     assert page.locator("h1").inner_text().startswith("Adapter labs: start here")
+    assert student_page.get_by_text("Nbgrader", exact=True).count() == 0, "nbgrader's menu is the instructor's"
     links = page.locator("td a")
     named = [re.search(r"/files/([^?]+)", link.get_attribute("href")).group(1) for link in links.all()]
     assert named == [lab.name for lab in all_labs()]

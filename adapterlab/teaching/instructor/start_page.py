@@ -64,7 +64,7 @@ def start_page(notebooks: list[Path]) -> str:
         nb = nbformat.read(notebook, as_version=4)
         objectives = nb.metadata.get("adapterlab", {}).get("objectives", [])
         minutes = running_minutes(nb)
-        rows.append(f"| [{title_of(nb) or notebook.stem}]({notebook.name}) | {'<br>'.join(objectives)} | "
+        rows.append(f"| [{title_of(nb) or notebook.stem}]({notebook.name}) | {'<br>'.join('• ' + objective for objective in objectives)} | "
                     f"{'about %d min' % minutes if minutes else 'not recorded'} |")
     return "\n".join([
         "# Adapter labs: start here",
