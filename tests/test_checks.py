@@ -358,7 +358,19 @@ def right_general(adapter, h, delta):
 def test_general_gradients_accept_the_chain_rule(capsys):
     checks.check_adapter_gradients(right_general)
     out = capsys.readouterr().out
-    assert out.startswith("✔") and "gelu, tanh, relu, silu" in out
+    assert out.startswith("✔") and "gelu, tanh, relu, silu" in out and f"{checks.DRAWN_ADAPTERS} drawn ones" in out
+
+
+def test_general_gradients_show_an_answer_right_only_on_the_fixed_cases_the_smallest_drawn_adapter_it_gets_wrong():
+    """The fixed cases have 4 to 12 tokens: an answer that drops the tokens after the third passes them all when
+    written to skip nothing there, and is shown the smallest drawn adapter it gets wrong, with what was measured."""
+    def short_batches_unsummed(adapter, h, delta):
+        down, up = right_general(adapter, h, delta)
+        return (down * (h.shape[0] >= 4), up) if h.shape[0] < 4 else (down, up)
+
+    message = _fails(checks.check_adapter_gradients, short_batches_unsummed, "∂L/∂W_down",
+                     "right on the 5 fixed cases", "f = gelu, d = 1, r = 1, 1 token", "largest difference")
+    assert "You " not in message.split("(", 1)[0]  # no catalogue mistake named
 
 
 def test_general_gradients_name_the_mistake():
