@@ -769,6 +769,21 @@ def _ablation_model(layers: int = ABLATION_LAYERS):
     return model
 
 
+def _ablation_batch() -> torch.Tensor:
+    return _token_batch(80, 5)
+
+
+@functools.cache
+def _reference_ablation(layers: int):
+    """(the check's model of ``layers`` layers, the package's score of each of its spans): the same every call, so
+    made once a session (a check run again after an edit reads them). The model is only ever handed out copied."""
+    base = _ablation_model(layers)
+    reference_score = _score_fn(_ablation_batch())
+    reference = span_ablation(copy.deepcopy(base), None, metric="score", progress=False,
+                              evaluate=lambda m, data, batch_size, device: {"score": reference_score(m)})
+    return base, {(i, j): float(reference.scores[i, j]) for i in range(layers) for j in range(i, layers)}
+
+
 class _Interrupted(KeyboardInterrupt):
     """The check's own Ctrl-C, raised by its score function on purpose."""
 
@@ -794,16 +809,12 @@ def check_span_ablation(ablate_fn) -> None:
     5 layers, so that a loop written for 12 shows.
     """
     name = getattr(ablate_fn, "__name__", "ablate")
-    batch = _token_batch(80, 5)
-    reference_score = _score_fn(batch)
+    batch = _ablation_batch()
     for layers in (ABLATION_LAYERS, OTHER_DEPTH):
-        base = _ablation_model(layers)
-        reference = span_ablation(copy.deepcopy(base), None, metric="score", progress=False,
-                                  evaluate=lambda m, data, batch_size, device: {"score": reference_score(m)})
-        expected = {(i, j): float(reference.scores[i, j]) for i in range(layers) for j in range(i, layers)}
+        base, expected = _reference_ablation(layers)
         for training in (True, False):
             _check_one_ablation(name, ablate_fn, copy.deepcopy(base).train(training), batch, expected)
-    base = _ablation_model()
+    base, _ = _reference_ablation(ABLATION_LAYERS)
     for stop, when in _STOPS.items():
         _check_stopped_ablation(name, ablate_fn, copy.deepcopy(base).train(), batch, stop, when)
     report_passed(
