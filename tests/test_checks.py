@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -150,6 +152,18 @@ class StubAdapter(nn.Module):
     def __init__(self, d_model, bottleneck):
         super().__init__()
         raise NotImplementedError("write your solution here")
+
+
+class SqueezedAdapter(RightAdapter):
+    def forward(self, h):  # every axis of one squeezed away: no fixed input has one, a one-token sentence does
+        return h + self.up(self.act(self.down(h))).squeeze()
+
+
+def test_an_adapter_right_only_on_the_fixed_shapes_is_shown_its_smallest_drawn_shape():
+    message = _fails(checks.check_adapter_class, SqueezedAdapter, "Right on the 4 fixed cases",
+                     "smallest of 30 drawn sizes and input shapes", "your forward returns")
+    shape = message.split("input shape (")[1].split(")")[0]
+    assert "1" in shape.split(", "), f"the drawn input {shape} has no axis of one, which is what the answer gets wrong"
 
 
 def test_adapter_class_accepts_right_answers(capsys):
@@ -594,6 +608,15 @@ def test_gradients_accept_the_closed_form(capsys):
     assert "∂L/∂W_down = 0 exactly" in capsys.readouterr().out
 
 
+def test_zero_up_gradients_right_only_while_r_exceeds_one_are_shown_the_smallest_drawn_adapter():
+    def squeezed(adapter, h, delta):  # the bottleneck's last axis squeezed: a vector at r = 1, which no fixed case has
+        z = adapter.act(h @ adapter.down.weight.T + adapter.down.bias).squeeze(-1)
+        return torch.zeros(adapter.bottleneck, adapter.d_model), delta.T @ z
+
+    assert all(r > 1 for _, r, _ in checks.ZERO_UP_CASES)
+    _fails(checks.check_zero_up_gradients, squeezed, "Right on the 4 fixed cases", "r = 1", "drawn zero-up adapters")
+
+
 def test_the_general_formula_passes_the_special_case(capsys):
     checks.check_zero_up_gradients(right_general)
     assert capsys.readouterr().out.startswith("✔ At W_up = 0")
@@ -795,6 +818,38 @@ def test_parallel_fold_names_the_mistake():
     _fails(check, b_down_forgotten, "misses W_up·b_down")
     _fails(check, lambda p, a, s: right_parallel(p, a, s, scale_bias=False), "bias term is not scaled")
     _fails(check, lambda p, a, s: nn.Sequential(p), "must return one nn.Linear")
+
+
+def test_a_fold_right_only_on_the_fixed_sizes_is_shown_its_smallest_drawn_layer():
+    def squeezed(dense, adapter):  # fine while r > 1; at r = 1 the squeezed matrices are vectors, or scalars
+        up, down = adapter.up.weight.squeeze(), adapter.down.weight.squeeze()
+        m = torch.eye(adapter.d_model) + up @ down
+        return _folded(dense, m @ dense.weight, m @ dense.bias + adapter.up.weight @ adapter.down.bias + adapter.up.bias)
+
+    def sized(dense, adapter):  # a size written in: the identity only where d_out is one of the fixed cases'
+        m = adapter.up.weight @ adapter.down.weight
+        if dense.out_features in (16, 768):
+            m = m + torch.eye(adapter.d_model)
+        return _folded(dense, m @ dense.weight, m @ dense.bias + adapter.up.weight @ adapter.down.bias + adapter.up.bias)
+
+    _fails(checks.check_fold, squeezed, "Right on the 3 fixed cases", "smallest of 40 drawn layers", "r = 1",
+           "raised RuntimeError")
+    message = _fails(checks.check_fold, sized, "Right on the 3 fixed cases", "dense 1 → 1, r = 1", "dropped the identity")
+    assert "size written in" in message
+
+
+def test_a_parallel_fold_that_needs_a_positive_scale_is_shown_its_smallest_drawn_case():
+    def split_scale(p, a, s):  # √s on each projection: s·W_up W_down, right for every s ≥ 0
+        root = math.sqrt(s)
+        up, down = root * a.up.weight, root * a.down.weight
+        return _folded(p, p.weight + up @ down, p.bias + root * up @ a.down.bias + s * a.up.bias)
+
+    def unsigned_scale(p, a, s):
+        return right_parallel(p, a, abs(s))
+
+    _fails(checks.check_parallel_fold, split_scale, "Right on the 2 fixed cases", "s = -0.25", "math domain error",
+           "square root")
+    _fails(checks.check_parallel_fold, unsigned_scale, "Right on the 2 fixed cases", "s = -0.25")
 
 
 def test_parallel_fold_reports_a_stub_as_missing():

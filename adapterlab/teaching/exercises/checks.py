@@ -156,6 +156,19 @@ def smallest_failing(cases, fails, examples: int):
         return None
 
 
+def _drawn_case_failed(what: str, fixed: int, drawn: str, case: str, check_in_full, causes: str) -> None:
+    """Run the smallest drawn case the answer gets wrong in full: its diagnosis, said as found on a drawn case (the
+    answer passed the ``fixed`` ones), or, where the full check passes, that the answer gave another result when
+    called again."""
+    try:
+        check_in_full()
+    except CheckFailed as failed:
+        raise CheckFailed(f"Right on the {fixed} fixed cases, {what} is wrong on the smallest of {drawn} where it "
+                          f"differs, {case}, which points to {causes}. On that case: {failed}") from None
+    raise CheckFailed(f"{what[0].upper()}{what[1:]} gave another result when called again on the same case ({case}): "
+                      "it must depend only on what it is given.")
+
+
 #: The warnings already shown as notes in this session: each once, as Python shows a warning once per place.
 _NOTED: set[str] = set()
 
@@ -503,23 +516,10 @@ def check_adapter_class(adapter_class, d_model: int = 768, bottleneck: int = 64)
     with torch.random.fork_rng():
         torch.manual_seed(0)
         for d, r in sizes:
-            adapter = call_answer(f"{name}({d}, {r})", adapter_class, d, r)
-            if not isinstance(adapter, nn.Module):
-                raise CheckFailed(f"{name}({d}, {r}) gave a {type(adapter).__name__}; an adapter is an nn.Module.")
-            _check_linear(adapter, "down", d, r, "down-projection (d_model → bottleneck)")
-            _check_linear(adapter, "up", r, d, "up-projection (bottleneck → d_model)")
-            _check_parameter_shapes(adapter, d, r)
+            adapter = _built(name, adapter_class, d, r)
             inputs = [torch.randn(2, 5, d), torch.randn(10, d)]  # (batch, sequence, d) and (tokens, d)
             fresh = [_forward(name, adapter, h) for h in inputs]
-            probe = copy.deepcopy(adapter)
-            with torch.no_grad():
-                for parameter in probe.parameters():  # random weights, so that a missing f or residual shows
-                    fan_in = parameter.shape[1] if parameter.ndim == 2 else 4
-                    parameter.normal_(0.0, fan_in ** -0.5)
-                for h in inputs:
-                    problem = _diagnose_forward(_forward(name, probe, h), h, probe)
-                    if problem:
-                        raise CheckFailed(problem + (f" (d = {d}, r = {r}, input shape {tuple(h.shape)})"))
+            _check_random_forward(name, adapter, inputs)
             problem = _cannot_learn(adapter, torch.randn(64, d))
             if problem:
                 raise CheckFailed(problem)
@@ -530,11 +530,90 @@ def check_adapter_class(adapter_class, d_model: int = 768, bottleneck: int = 64)
                 deviation = (torch.linalg.norm(out - h) / torch.linalg.norm(h)).item()
                 if not deviation < NEAR_IDENTITY:
                     raise CheckFailed(_why_not_identity(adapter, h, deviation, d, r))
+    failing = smallest_failing(_drawn_adapter_shapes(), lambda case: not _forward_right_on(adapter_class, *case),
+                               DRAWN_SHAPES)
+    if failing is not None:
+        d, r, leading, seed = failing
+        _drawn_case_failed(f"{name}", 2 * len(sizes), f"{DRAWN_SHAPES} drawn sizes and input shapes",
+                           f"d = {d}, r = {r}, input shape {(*leading, d)}",
+                           lambda: _check_drawn_shape(name, adapter_class, d, r, leading, seed),
+                           "a size written in, or a step that only works for some input shapes (a reshape or a squeeze "
+                           "that needs more than one row, or three axes)")
     report_passed(
         f"{name} is right: h + up(f(down(h))) at random weights, 2rd + r + d = {2 * bottleneck * d_model + bottleneck + d_model:,} "
-        f"parameters for d = {d_model}, r = {bottleneck} (and any other size); it starts near the identity (below "
-        f"{100 * NEAR_IDENTITY:.0f} %) and every weight can learn."
+        f"parameters for d = {d_model}, r = {bottleneck} (and {DRAWN_SHAPES} drawn sizes and input shapes); it starts "
+        f"near the identity (below {100 * NEAR_IDENTITY:.0f} %) and every weight can learn."
     )
+
+
+#: How many (d, r, input shape) the adapter check draws beyond its fixed sizes (hypothesis, derandomized): d up to
+#: 24, r up to 8, inputs of one or two leading axes of 1 to 4 (a batch of one, a one-token sentence), so that a size
+#: written in or a reshape or squeeze that assumes the fixed inputs' shapes shows.
+DRAWN_SHAPES = 30
+
+
+def _drawn_adapter_shapes():
+    """(d, r, leading axes, seed) drawn by hypothesis; a failing case shrinks to the smallest."""
+    from hypothesis import strategies as st
+
+    return st.tuples(st.integers(1, 24), st.integers(1, 8), st.lists(st.integers(1, 4), min_size=1, max_size=2),
+                     st.integers(0, 99))
+
+
+def _randomized(adapter: nn.Module) -> nn.Module:
+    """A copy with random weights, so that a missing f or residual shows (at init W_up may be 0)."""
+    probe = copy.deepcopy(adapter)
+    with torch.no_grad():
+        for parameter in probe.parameters():
+            fan_in = parameter.shape[1] if parameter.ndim == 2 else 4
+            parameter.normal_(0.0, fan_in ** -0.5)
+    return probe
+
+
+def _check_random_forward(name: str, adapter: nn.Module, inputs) -> None:
+    probe = _randomized(adapter)
+    d, r = adapter.down.in_features, adapter.down.out_features
+    with torch.no_grad():
+        for h in inputs:
+            problem = _diagnose_forward(_forward(name, probe, h), h, probe)
+            if problem:
+                raise CheckFailed(problem + (f" (d = {d}, r = {r}, input shape {tuple(h.shape)})"))
+
+
+def _forward_right_on(adapter_class, d: int, r: int, leading, seed: int) -> bool:
+    """Whether the class, built at (d, r) and called alone (unaudited) at random weights on an input of the drawn
+    shape, computes h + up(f(down(h))) without touching h."""
+    try:
+        with torch.random.fork_rng(), warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")
+            torch.manual_seed(seed)
+            adapter = adapter_class(d, r)
+            h = torch.randn(*leading, d)
+            probe, given = _randomized(adapter), h.clone()
+            out = probe(given)
+            return (torch.equal(given, h) and isinstance(out, torch.Tensor) and out.shape == h.shape
+                    and out.dtype == h.dtype and _diagnose_forward(out, h, probe) is None)
+    except Exception:  # the failing case found is then checked in full, which names the error
+        return False
+
+
+def _built(name: str, adapter_class, d: int, r: int) -> nn.Module:
+    """The student's adapter of size (d, r), built through the audit, with exactly its four parameters."""
+    adapter = call_answer(f"{name}({d}, {r})", adapter_class, d, r)
+    if not isinstance(adapter, nn.Module):
+        raise CheckFailed(f"{name}({d}, {r}) gave a {type(adapter).__name__}; an adapter is an nn.Module.")
+    _check_linear(adapter, "down", d, r, "down-projection (d_model → bottleneck)")
+    _check_linear(adapter, "up", r, d, "up-projection (bottleneck → d_model)")
+    _check_parameter_shapes(adapter, d, r)
+    return adapter
+
+
+def _check_drawn_shape(name: str, adapter_class, d: int, r: int, leading, seed: int) -> None:
+    """The drawn case in full, with the fixed cases' messages."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        adapter = _built(name, adapter_class, d, r)
+        _check_random_forward(name, adapter, [torch.randn(*leading, d)])
 
 
 # --------------------------------------------------------------------------------------------------
@@ -802,9 +881,8 @@ def _drawn_adapters():
                      st.sampled_from(tuple(dict.fromkeys(case[3] for case in GRADIENT_CASES))), st.integers(0, 99))
 
 
-def _gradients_right(gradients_fn, case) -> bool:
+def _gradients_right(gradients_fn, adapter, h, delta) -> bool:
     """Whether the answer, called alone (unaudited, autograd refused on the weights), matches autograd on a case."""
-    adapter, h, delta = _general_case(*case)
     references = _weight_gradients(adapter, h, delta)
     twin = copy.deepcopy(adapter).requires_grad_(False)
     try:
@@ -820,7 +898,8 @@ def _gradients_right(gradients_fn, case) -> bool:
 def _check_drawn_gradients(name: str, gradients_fn) -> None:
     """The smallest drawn adapter the answer gets wrong, checked in full and reported with what was measured: the
     answer passed the fixed cases, so no catalogue mistake is named."""
-    failing = smallest_failing(_drawn_adapters(), lambda case: not _gradients_right(gradients_fn, case), DRAWN_ADAPTERS)
+    failing = smallest_failing(_drawn_adapters(), lambda case: not _gradients_right(gradients_fn, *_general_case(*case)),
+                               DRAWN_ADAPTERS)
     if failing is None:
         return
     d, r, tokens, activation, _ = failing
@@ -871,17 +950,44 @@ def check_adapter_gradients(gradients_fn) -> None:
 ZERO_UP_CASES = [(16, 4, 5), (12, 3, 7), (20, 6, 1), (768, 64, 12)]
 
 
-def _zero_up_cases():
-    """Zero-up adapters (with non-zero b_down and b_up, so a forgotten or misplaced bias shows) and random h, δ."""
-    generator = torch.Generator().manual_seed(0)
+def _zero_up_case(d: int, r: int, tokens: int, seed: int):
+    """A zero-up adapter (with non-zero b_down and b_up, so a forgotten or misplaced bias shows) and random h, δ."""
+    generator = torch.Generator().manual_seed(seed)
     with torch.random.fork_rng():
-        torch.manual_seed(0)
-        for d, r, tokens in ZERO_UP_CASES:
-            adapter = BottleneckAdapter(d, r, "gelu", init="zero_up")
-            with torch.no_grad():
-                adapter.down.bias.normal_(0.0, 1.0, generator=generator)
-                adapter.up.bias.normal_(0.0, 1.0, generator=generator)
-            yield adapter, torch.randn(tokens, d, generator=generator), torch.randn(tokens, d, generator=generator)
+        torch.manual_seed(seed)
+        adapter = BottleneckAdapter(d, r, "gelu", init="zero_up")
+        with torch.no_grad():
+            adapter.down.bias.normal_(0.0, 1.0, generator=generator)
+            adapter.up.bias.normal_(0.0, 1.0, generator=generator)
+    return adapter, torch.randn(tokens, d, generator=generator), torch.randn(tokens, d, generator=generator)
+
+
+def _zero_up_cases():
+    return [_zero_up_case(d, r, tokens, seed) for seed, (d, r, tokens) in enumerate(ZERO_UP_CASES)]
+
+
+def _check_one_zero_up(name: str, gradients_fn, adapter, h, delta) -> None:
+    reference_down, reference_up = _weight_gradients(adapter, h, delta)
+    grad_down, grad_up = _gradient_answer(name, gradients_fn, adapter, h, delta)
+    _refuse_swapped(grad_down, grad_up, reference_down, reference_up)
+    shape = (adapter.bottleneck, adapter.d_model)
+    if not isinstance(grad_down, torch.Tensor) or grad_down.shape != shape:
+        got = tuple(grad_down.shape) if isinstance(grad_down, torch.Tensor) else type(grad_down).__name__
+        raise CheckFailed(f"Your ∂L/∂W_down is {got}; it must be a tensor shaped like W_down: {shape}.")
+    if torch.count_nonzero(grad_down) or torch.count_nonzero(reference_down):
+        raise CheckFailed(
+            "Your ∂L/∂W_down is not zero at W_up = 0. Every path from W_down to the loss goes through W_up, "
+            "so at step zero of a zero-up adapter it is exactly zero."
+        )
+    if not close_enough(grad_up, reference_up):
+        raise CheckFailed(_diagnose_up_gradient(grad_up, adapter, h, delta, reference_up))
+
+
+def _drawn_zero_up():
+    """(d, r, tokens, seed) drawn by hypothesis, as the general check draws them (:data:`DRAWN_ADAPTERS`)."""
+    from hypothesis import strategies as st
+
+    return st.tuples(st.integers(1, 24), st.integers(1, 8), st.integers(1, 6), st.integers(0, 99))
 
 
 @plain_errors
@@ -889,27 +995,25 @@ def check_zero_up_gradients(gradients_fn) -> None:
     """Check ``gradients_fn(adapter, h, delta) -> (grad_down, grad_up)`` on zero-up adapters (lab 2).
 
     The step-zero special case: with W_up = 0, ∂L/∂W_down must be exactly 0 (every path from W_down
-    to the loss passes through W_up), while ∂L/∂W_up matches autograd.
+    to the loss passes through W_up), while ∂L/∂W_up matches autograd. On the fixed cases, then on
+    :data:`DRAWN_ADAPTERS` drawn ones.
     """
     name = _name(gradients_fn)
     for adapter, h, delta in _zero_up_cases():
-        reference_down, reference_up = _weight_gradients(adapter, h, delta)
-        grad_down, grad_up = _gradient_answer(name, gradients_fn, adapter, h, delta)
-        _refuse_swapped(grad_down, grad_up, reference_down, reference_up)
-        shape = (adapter.bottleneck, adapter.d_model)
-        if not isinstance(grad_down, torch.Tensor) or grad_down.shape != shape:
-            got = tuple(grad_down.shape) if isinstance(grad_down, torch.Tensor) else type(grad_down).__name__
-            raise CheckFailed(f"Your ∂L/∂W_down is {got}; it must be a tensor shaped like W_down: {shape}.")
-        if torch.count_nonzero(grad_down) or torch.count_nonzero(reference_down):
-            raise CheckFailed(
-                "Your ∂L/∂W_down is not zero at W_up = 0. Every path from W_down to the loss goes through W_up, "
-                "so at step zero of a zero-up adapter it is exactly zero."
-            )
-        if not close_enough(grad_up, reference_up):
-            raise CheckFailed(_diagnose_up_gradient(grad_up, adapter, h, delta, reference_up))
+        _check_one_zero_up(name, gradients_fn, adapter, h, delta)
+    failing = smallest_failing(_drawn_zero_up(), lambda case: not _gradients_right(gradients_fn, *_zero_up_case(*case)),
+                               DRAWN_ADAPTERS)
+    if failing is not None:
+        d, r, tokens, _ = failing
+        _drawn_case_failed("your gradient", len(ZERO_UP_CASES), f"{DRAWN_ADAPTERS} drawn zero-up adapters",
+                           f"d = {d}, r = {r}, {tokens} token{'s' if tokens > 1 else ''}",
+                           lambda: _check_one_zero_up(name, gradients_fn, *_zero_up_case(*failing)),
+                           "a size or a loop range written in, or a step that only works when d, r or the number of "
+                           "tokens is large enough")
     report_passed(
         "At W_up = 0 your gradients match autograd: ∂L/∂W_down = 0 exactly and ∂L/∂W_up ≠ 0 "
-        f"(within {ATOL:g}) on {len(ZERO_UP_CASES)} random zero-up adapters, BERT-base's d = 768, r = 64 among them."
+        f"(within {ATOL:g}) on {len(ZERO_UP_CASES)} random zero-up adapters, BERT-base's d = 768, r = 64 among them, "
+        f"and on {DRAWN_ADAPTERS} drawn ones."
     )
 
 
@@ -1025,6 +1129,61 @@ def _check_one_fold(name: str, fold_fn, dense, adapter, x) -> None:
     raise CheckFailed(problem + size)
 
 
+#: How many layer-and-adapter pairs each fold check draws beyond its fixed cases (hypothesis, derandomized: the same
+#: every run): sizes 1 to 24, r 1 to 8 (wider than d too), the parallel fold's scale from -4 to 4, so that a size
+#: written in, a square-only step (W_up W_down W needs d_in = d_out to hide a wrong order) or a scale used as 1 shows.
+DRAWN_FOLDS = 40
+
+
+def _drawn_folds():
+    """(d_in, d_out, r, seed) drawn by hypothesis; a failing case shrinks to the smallest layer."""
+    from hypothesis import strategies as st
+
+    return st.tuples(st.integers(1, 24), st.integers(1, 24), st.integers(1, 8), st.integers(0, 99))
+
+
+def _drawn_parallel_folds():
+    """(d, r, scale, seed) drawn by hypothesis, the scale in quarter steps."""
+    from hypothesis import strategies as st
+
+    return st.tuples(st.integers(1, 24), st.integers(1, 8), st.integers(-16, 16).map(lambda quarters: quarters / 4),
+                     st.integers(0, 99))
+
+
+def _folds_right(fold, layer: nn.Linear, adapter, x, reference) -> bool:
+    """Whether ``fold()`` (the answer called alone, unaudited) returns one nn.Linear of the layer's shape computing
+    ``reference`` on ``x`` and leaves the layer and the adapter as they were."""
+    before = [copy.deepcopy(module.state_dict()) for module in (layer, adapter)]
+    try:
+        with torch.random.fork_rng(), warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")
+            folded = fold()
+            return (isinstance(folded, nn.Linear) and folded.weight.shape == layer.weight.shape
+                    and close_enough(folded(x), reference)
+                    and all(_same_state(module.state_dict(), state) for module, state in zip((layer, adapter), before)))
+    except Exception:  # the failing case found is then checked in full, which names the error
+        return False
+
+
+def _same_state(now: dict, before: dict) -> bool:
+    return now.keys() == before.keys() and all(torch.equal(now[key], before[key]) for key in now)
+
+
+def _check_drawn_folds(name: str, fold_fn) -> None:
+    def fails(case) -> bool:
+        dense, adapter, x = _linear_case(*case)
+        with torch.no_grad():
+            reference = adapter(dense(x))
+        return not _folds_right(lambda: fold_fn(dense, adapter), dense, adapter, x, reference)
+
+    failing = smallest_failing(_drawn_folds(), fails, DRAWN_FOLDS)
+    if failing is not None:
+        d_in, d_out, r, _ = failing
+        _drawn_case_failed("your fold", len(_fold_cases()), f"{DRAWN_FOLDS} drawn layers", f"dense {d_in} → {d_out}, r = {r}",
+                           lambda: _check_one_fold(name, fold_fn, *_linear_case(*failing)),
+                           "a size written in, or a step that only works for a square layer or for large enough d and r")
+
+
 @plain_errors
 def check_fold(fold_fn) -> None:
     """Check ``fold_fn(dense, adapter) -> nn.Linear`` for a linear adapter that follows ``dense`` (lab 3).
@@ -1036,9 +1195,11 @@ def check_fold(fold_fn) -> None:
     name = _name(fold_fn)
     for dense, adapter, x in _fold_cases():
         _check_one_fold(name, fold_fn, dense, adapter, x)
+    _check_drawn_folds(name, fold_fn)
     report_passed(
         "Your fold is exact: one nn.Linear reproduces dense followed by the linear adapter (within "
-        f"{ATOL:g}), for 12 → 16 and for BERT-base's 768 → 768 and 3072 → 768 projections with r = 64."
+        f"{ATOL:g}), for 12 → 16, for BERT-base's 768 → 768 and 3072 → 768 projections with r = 64, and for "
+        f"{DRAWN_FOLDS} drawn sizes."
     )
 
 
@@ -1064,10 +1225,31 @@ def check_parallel_fold(fold_fn) -> None:
     name = _name(fold_fn)
     for projection, adapter, scale, x in _parallel_cases():
         _check_one_parallel_fold(name, fold_fn, projection, adapter, scale, x)
+    _check_drawn_parallel_folds(name, fold_fn)
     report_passed(
         f"Your parallel fold is exact: one nn.Linear reproduces the projection plus s × the linear adapter beside "
-        f"it (within {ATOL:g}), for 12 → 12 with s = 2.5 and for BERT-base's 768 → 768 with r = 64, s = 4."
+        f"it (within {ATOL:g}), for 12 → 12 with s = 2.5, for BERT-base's 768 → 768 with r = 64, s = 4, and for "
+        f"{DRAWN_FOLDS} drawn sizes and scales."
     )
+
+
+def _check_drawn_parallel_folds(name: str, fold_fn) -> None:
+    def fails(case) -> bool:
+        d, r, scale, seed = case
+        projection, adapter, x = _linear_case(d, d, r, seed)
+        with torch.no_grad():
+            reference = projection(x) + scale * adapter.delta(x)
+        return not _folds_right(lambda: fold_fn(projection, adapter, scale), projection, adapter, x, reference)
+
+    failing = smallest_failing(_drawn_parallel_folds(), fails, DRAWN_FOLDS)
+    if failing is not None:
+        d, r, scale, seed = failing
+        projection, adapter, x = _linear_case(d, d, r, seed)
+        _drawn_case_failed("your parallel fold", len(_parallel_cases()), f"{DRAWN_FOLDS} drawn layers",
+                           f"projection {d} → {d}, r = {r}, s = {scale:g}",
+                           lambda: _check_one_parallel_fold(name, fold_fn, projection, adapter, scale, x),
+                           "a size written in, a step that only works for large enough d and r, or the scale taken "
+                           "apart in a way that needs it positive (a square root) or whole")
 
 
 def _check_one_parallel_fold(name: str, fold_fn, projection, adapter, scale, x) -> None:
