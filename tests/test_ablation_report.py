@@ -173,25 +173,29 @@ def test_missing_runs_give_no_claims_and_the_commands_that_make_them(tmp_path):
     assert stored.claims()["lower_matter_less"].n_a == 2
 
 
-def test_the_claim_lines_print_each_claim_with_its_boolean_verdict_or_not_stored(tmp_path):
+def test_the_claim_lines_print_each_claim_with_its_boolean_or_its_verdict_and_the_table_its_interval(tmp_path):
     store = RunStore(tmp_path)
     store_runs(store, full=0.86, one_off=0.80, lower_off=0.82, upper_off=0.825, all_off=0.77, majority=0.51,
                trained=0.85, control=0.55)
-    lines = read(store).claim_lines(["one_layer_costs_little", "all_off_below_control",
-                                     "lower_matter_less"]).splitlines()
-    low, high = (100 * x for x in paired_interval(0.77 + WOBBLE, 0.55 - WOBBLE))  # all off above the control
-    assert lines[:3] == ["any one layer's adapters off costs under 2 points: False",
-                         "the control scores above every adapter off (paired by seed):",
-                         (f"    every adapter off ahead of the control: difference +22.0 points, "
-                          f"95 % interval {low:+.1f} to {high:+.1f}; 3 paired seeds; Holm over 2 verdicts")]
-    low, high = (100 * x for x in paired_interval(0.82 + WOBBLE, 0.825 - WOBBLE))
-    assert lines[3] == "the lower half off scores above the upper half off (the same models, paired by seed):"
-    assert lines[4].startswith("    lower half off vs upper half off undecided")
-    assert lines[4].endswith(f"difference -0.5 points, 95 % interval {low:+.1f} to {high:+.1f}; 3 paired seeds; "
-                             "Holm over 2 verdicts")
-    assert len(lines) == 5
-    missing = read(RunStore(tmp_path / "empty")).claim_lines(["lower_matter_less"])
-    assert missing == "the lower half off scores above the upper half off (the same models, paired by seed): not stored"
+    stored = read(store)
+    names = ["one_layer_costs_little", "all_off_below_control", "lower_matter_less"]
+    assert stored.claim_lines(names).splitlines() == [
+        "any one layer's adapters off costs under 2 points: False",
+        "the control scores above every adapter off (paired by seed): every adapter off ahead",
+        "the lower half off scores above the upper half off (the same models, paired by seed): undecided"]
+    rows = stored.claim_table(names).rows()  # the boolean claim has no row
+    control = [f"{100 * x:+.1f}" for x in paired_interval(0.55 - WOBBLE, 0.77 + WOBBLE)]
+    halves = [f"{100 * x:+.1f}" for x in paired_interval(0.82 + WOBBLE, 0.825 - WOBBLE)]
+    assert [row[:5] for row in rows] == [
+        ("the control vs every adapter off", "-22.0", f"{control[0]} to {control[1]}", "every adapter off ahead",
+         "3 paired"),
+        ("lower half off vs upper half off", "-0.5", f"{halves[0]} to {halves[1]}", "undecided", "3 paired")]
+    assert "Holm over 2 verdicts" in stored.claim_table(names).footer()
+    empty = read(RunStore(tmp_path / "empty"))
+    assert empty.claim_lines(["lower_matter_less"]) == ("the lower half off scores above the upper half off (the same "
+                                                         "models, paired by seed): not stored")
+    assert empty.claim_table(["lower_matter_less"]).rows() == [
+        ("lower half off vs upper half off", "", "", "not stored yet", "")]
 
 
 def test_no_claim_says_beyond_the_spread():

@@ -83,10 +83,10 @@ def test_a_family_table_holds_the_verdicts_holm_decides_and_says_so():
     assert "Holm over 6 verdicts" in table.footer()
     fallen = [(row, c) for row, c, d in zip(table.rows(), comparisons, decided) if c.decided and not d.decided]
     assert fallen  # this draw has one that falls
-    for row, alone in fallen:  # the row says what its interval decided alone, which way round
-        assert row[3] == f"undecided (alone: {'level' if alone.verdict == 'level' else 'ahead'})"
-        assert alone.verdict == "level" or (alone.verdict == "ahead") == (float(row[1]) > 0)  # the sign says who
-    assert "undecided (alone: ahead or level): what its interval decides alone" in table.footer()
+    for row, alone in fallen:  # the row says what its interval decided alone, naming the side ahead
+        side = alone.a if float(row[1]) > 0 else alone.b  # the side the difference's sign favours
+        assert row[3] == ("undecided (alone: level)" if alone.verdict == "level" else f"undecided (alone: {side} ahead)")
+    assert "undecided (alone: …): what its interval decides alone" in table.footer()
     assert "undecided (alone" not in decided_table(comparisons).footer()  # alone, nothing falls
 
 

@@ -39,6 +39,7 @@ from .reference import (
     missing_report,
     seed_rows,
 )
+from .verdict_table import VerdictTable, decided_table, verdict_words
 
 #: Dev rows each span is scored on: lab 8's ``ablation_eval`` for the stand-in (student profile).
 REFERENCE_EVAL_ROWS = 300
@@ -58,10 +59,11 @@ CLAIMS = {
     "all_off_near_majority": "every adapter off lands within 5 points of the majority class",
     "all_off_below_control": "the control scores above every adapter off (paired by seed)",
 }
-#: The claims that compare two sets of seeds: :meth:`StoredAblations.claims` gives each as a
+#: The claims that compare two sets of seeds, with their two sides: :meth:`StoredAblations.claims` gives each as a
 #: :class:`~adapterlab.runs.compare.Comparison` whose side ``a`` is the side the claim says scores higher, so the
 #: claim holds exactly when the verdict is "ahead".
-COMPARISONS = ("lower_matter_less", "all_off_below_control")
+COMPARISONS = {"lower_matter_less": ("lower half off", "upper half off"),
+               "all_off_below_control": ("the control", "every adapter off")}
 #: The shape of the paper's Figure 6 (left and centre), as summarised in the course's paper notes.
 PAPER_SHAPE = {
     "one_layer": PaperValue("adapters of any one layer off", "at most a 2-point drop (MNLI), less on CoLA",
@@ -149,15 +151,14 @@ class StoredAblations:
         majority = float(s.majority.mean())
         out = {
             "one_layer_costs_little": bool(self.single_layer_cost().max() < SINGLE_LAYER_COST),
-            "lower_matter_less": compare(lower, upper, margin, names=("lower half off", "upper half off"),
-                                         paired=True),
+            "lower_matter_less": compare(lower, upper, margin, names=COMPARISONS["lower_matter_less"], paired=True),
             "all_off_near_majority": bool(abs(s.all_removed.mean() - majority) < NEAR_MAJORITY),
         }
         control = self.control
         if control.n >= 2:
             shared = tuple(control.seeds) == tuple(s.seeds) and control.n == len(s.seeds)
             out["all_off_below_control"] = compare(control, s.all_removed, margin, paired=shared,
-                                                   names=("the control", "every adapter off"))
+                                                   names=COMPARISONS["all_off_below_control"])
         else:
             out["all_off_below_control"] = None
         decided = family({name: out[name] for name in COMPARISONS})
@@ -196,19 +197,28 @@ class StoredAblations:
         return "\n".join(lines)
 
     def claim_lines(self, names) -> str:
-        """Per named claim, what it says and then: True or False, the course's verdict on the next line (the
-        claim holds when it reads "ahead"), or "not stored" (lab 8's checked cells)."""
+        """Per named claim, what it says and then: True or False, the course's verdict in the words of
+        :meth:`claim_table`'s verdict column (the claim holds when the side it names first is ahead), or "not
+        stored" (lab 8's checked cells)."""
         claims = self.claims()
         lines = []
         for name in names:
             claim = claims[name]
             if claim is None:
                 lines.append(f"{CLAIMS[name]}: not stored")
-            elif isinstance(claim, Comparison):
-                lines += [f"{CLAIMS[name]}:", f"    {claim.describe()}"]
             else:
-                lines.append(f"{CLAIMS[name]}: {claim}")
+                lines.append(f"{CLAIMS[name]}: {verdict_words(claim) if isinstance(claim, Comparison) else claim}")
         return "\n".join(lines)
+
+    def claim_table(self, names) -> VerdictTable:
+        """The named claims that compare seeds, one row each, as the course shows every verdict: difference,
+        95 % interval, verdict, seeds (and the seeds that would settle an undecided one); "not stored yet" while
+        their runs are missing. The two are one family: the footer says so when the table shows one."""
+        chosen = [name for name in names if name in COMPARISONS]
+        claims = self.claims()
+        return decided_table([claims[name] for name in chosen],
+                             labels=[" vs ".join(COMPARISONS[name]) for name in chosen],
+                             family="the lab's claims that compare seeds")
 
     def missing(self) -> str:
         """What is not stored, with the commands that make it; empty when everything is."""

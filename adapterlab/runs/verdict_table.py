@@ -16,7 +16,8 @@ from .compare import POWER, Comparison, family, shown
 COLUMNS = ("compared", "difference", "95 % interval", "verdict", "seeds")
 
 
-def _verdict_words(verdict: Comparison) -> str:
+def verdict_words(verdict: Comparison) -> str:
+    """The verdict column's words: which side is ahead, level, or undecided (and what its interval said alone)."""
     if verdict.verdict == "ahead":
         return f"{verdict.a} ahead"
     if verdict.verdict == "behind":
@@ -24,7 +25,8 @@ def _verdict_words(verdict: Comparison) -> str:
     if verdict.verdict == "level":
         return "level"
     if verdict.interval_alone != "undecided":  # decided alone: only its family's correction undid that
-        return f"undecided (alone: {'level' if verdict.interval_alone == 'level' else 'ahead'})"
+        alone = {"level": "level", "ahead": f"{verdict.a} ahead", "behind": f"{verdict.b} ahead"}[verdict.interval_alone]
+        return f"undecided (alone: {alone})"
     return "undecided"
 
 
@@ -57,7 +59,7 @@ class VerdictTable:
                 str(verdict.n_a) if verdict.n_b is None or verdict.n_b == verdict.n_a else f"{verdict.n_a} and {verdict.n_b}"
             margin = (self.scale * verdict.margin,)
             rows.append((self._label(index, verdict), f"{d:+.1f}", f"{shown(lo, margin)} to {shown(hi, margin)}",
-                         _verdict_words(verdict), seeds))
+                         verdict_words(verdict), seeds))
         if any(verdict is not None and verdict.verdict == "undecided" for verdict in self.verdicts):
             rows = [(*row, self._settle(verdict)) for row, verdict in zip(rows, self.verdicts)]
         return rows
@@ -89,8 +91,8 @@ class VerdictTable:
                 if self.family and size > len(decided) else ""
             parts.append(f"decided together, Holm over {size} verdicts{held}; each interval is its comparison's own")
         if any(word.startswith("undecided (alone") for word in words):
-            parts.append("undecided (alone: ahead or level): what its interval decides alone (ahead: the side the "
-                         "difference's sign favours), which Holm's correction for the family does not confirm")
+            parts.append("undecided (alone: …): what its interval decides alone, which Holm's correction for the "
+                         "family does not confirm")
         if any(not verdict.paired and verdict.n_b is not None and verdict.n_b != verdict.n_a for verdict in decided):
             parts.append('seeds "5 and 3": the first side\'s and the second\'s')
         if len(self.header()) > len(COLUMNS):
@@ -126,7 +128,10 @@ def verdict_table(comparisons, title: str = "") -> VerdictTable:
     return decided_table(family(list(comparisons)), title)
 
 
-def decided_table(verdicts, title: str = "") -> VerdictTable:
+def decided_table(verdicts, title: str = "", labels=(), family: str = "") -> VerdictTable:
     """Verdicts already decided (by :func:`~.compare.family`, or a lab's tuned-table family) as a table, each
-    row naming its two sides."""
-    return VerdictTable(tuple(verdicts), title=title)
+    row naming its two sides unless ``labels`` names it (a None verdict, not stored yet, needs one). One verdict
+    is a table of one row: a lab shows every verdict the same way, and keeps the sentence
+    (:meth:`~.compare.Comparison.describe`) for the one it reads word by word. ``family`` says what else the
+    family holds where it is larger than the table."""
+    return VerdictTable(tuple(verdicts), labels=tuple(labels), title=title, family=family)
