@@ -110,6 +110,14 @@ def test_an_undecided_row_says_how_many_seeds_would_settle_it_and_a_missing_one_
     assert undecided[5] == (str(wide.seeds_for_power) if wide.seeds_for_power else "over 100")
 
 
+def test_a_hyphenated_word_in_a_name_or_a_verdict_cannot_break_on_a_slide():
+    table = verdict_table([compare(A, B, names=("σ = 1e-06", "full fine-tuning"))])
+    page = table._repr_html_()
+    for word in ("1e-06", "fine-tuning"):  # a browser may break a line after the hyphen of a bare word
+        assert f'<span style="white-space: nowrap">{word}</span>' in page, word
+    assert "<span" not in page.split("<tbody>")[1].split("</tbody>")[0].split("</td>")[1]  # numbers stay bare
+
+
 def test_the_html_and_the_text_hold_the_same_cells():
     table = verdict_table([compare(A, B, names=("Houlsby r=64", "full fine-tuning")),
                            compare(C, B, names=("LoRA r=8", "full fine-tuning")),

@@ -9,6 +9,7 @@ sentence for the verdict a lab reads word by word (lab 7 teaches how).
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import dataclass
 
 from .compare import POWER, Comparison, family, shown
@@ -112,7 +113,7 @@ class VerdictTable:
     def _repr_html_(self) -> str:
         def cell(tag: str, value: str, c: int) -> str:
             numeric = ' class="deck-number"' if tag == "td" and c not in (0, 3) else ""
-            return f"<{tag}{numeric}>{html.escape(value)}</{tag}>"
+            return f"<{tag}{numeric}>{_unbroken(html.escape(value))}</{tag}>"
 
         head = "".join(cell("th", value, c) for c, value in enumerate(self.header()))
         body = "".join("<tr>" + "".join(cell("td", value, c) for c, value in enumerate(row)) + "</tr>"
@@ -121,6 +122,16 @@ class VerdictTable:
         return (f'<table class="deck-table verdict-table">{caption}<thead><tr>{head}</tr></thead>'
                 f'<tbody>{body}</tbody></table><p class="verdict-footer"><small>{html.escape(self.footer())}'
                 "</small></p>")
+
+
+#: A word with a hyphen inside ("1e-06", "fine-tuning", "top-1"): a browser may break a line after the hyphen.
+_HYPHENATED = re.compile(r"[^\s<>]*\w-\w[^\s<>]*")
+
+
+def _unbroken(text: str) -> str:
+    """Escaped cell text whose hyphenated words cannot break: a names column squeezed on a slide wraps at spaces
+    ("σ = 1e-06 vs" / "σ = 1e-01"), never inside a number ("σ = 1e-" / "01")."""
+    return _HYPHENATED.sub(lambda word: f'<span style="white-space: nowrap">{word[0]}</span>', text)
 
 
 def verdict_table(comparisons, title: str = "") -> VerdictTable:
