@@ -1093,6 +1093,31 @@ def test_trained_names_are_checked_on_bert_base_s_twelve_layers():
     _fails(check, lambda n, p, t: list(right_names(n, p, t)) + [0], "parameter names")
 
 
+def up_to_twelve_layers(names, placement, train_layernorm):
+    """Adds adapters to layers 0..11 of those the model has: right at 2 and 12 layers, not for BERT-large's 24."""
+    return {n for n in right_names(names, placement, train_layernorm)
+            if ".adapter." not in n or int(n.split(".")[3]) < 12}
+
+
+def a_branch_for_odd_depths(names, placement, train_layernorm):
+    """Right at the fixed depths (2 and 12); forgets the classifier when the model has an odd number of layers."""
+    trained = right_names(names, placement, train_layernorm)
+    depth = len({n.split(".")[3] for n in names if n.startswith("bert.encoder.layer.")})
+    return trained if depth % 2 == 0 else {n for n in trained if not n.startswith("classifier.")}
+
+
+def test_trained_names_draw_depths_and_show_the_shallowest_that_fails():
+    message = _fails(checks.check_trained_names, up_to_twelve_layers, "Right on the 12 fixed cases",
+                     "13 layers", "layers 12", "BERT-large has 24")
+    assert "14 layers" not in message  # hypothesis shrank the depth to the first one the answer gets wrong
+    _fails(checks.check_trained_names, a_branch_for_odd_depths, "1 layer,", "left out the classifier")
+
+
+def test_trained_names_accept_a_list_without_repeats(capsys):
+    checks.check_trained_names(lambda n, p, t: sorted(right_names(n, p, t)))
+    assert "drawn depths up to 24" in capsys.readouterr().out
+
+
 def test_trained_names_report_a_stub_as_missing():
     _fails(checks.check_trained_names, _stub, MISSING)
 

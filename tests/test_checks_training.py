@@ -240,6 +240,36 @@ def test_training_step_accepts_right_answers(capsys):
     assert capsys.readouterr().out.startswith("✔")
 
 
+def prepare_at_the_rates_shown(model, learning_rate):
+    """Right at the two rates the fixed cases use, and a rate of its own for any other."""
+    prepare_by_name(model, learning_rate)
+    rate = learning_rate if learning_rate in (3e-4, ct.TRAINING_LR) else 1e-3
+    return torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=rate)
+
+
+def prepare_for_three_layers_or_more(model, learning_rate):
+    """Freezes layer 0's adapters in a model of fewer than three layers: right on the fixed 12- and 3-layer ones."""
+    optimizer = prepare_by_name(model, learning_rate)
+    if len(encoder_layers(model)) < 3:
+        for name, parameter in model.named_parameters():
+            if ".layer.0." in name and ".adapter." in name:
+                parameter.requires_grad_(False)
+        return torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=learning_rate)
+    return optimizer
+
+
+@pytest.mark.parametrize(
+    "answer, words",
+    [
+        (prepare_at_the_rates_shown, ("Right on the 2 fixed cases", "1 layer, learning_rate=", "use the argument")),
+        (prepare_for_three_layers_or_more, ("Right on the 2 fixed cases", "1 layer,", "are frozen", ".layer.0.")),
+    ],
+    ids=lambda value: getattr(value, "__name__", None) if callable(value) else None,
+)
+def test_training_step_draws_models_and_rates_for_the_optimizer(answer, words):
+    _fails(ct.check_training_step, answer, step, words=words)
+
+
 @pytest.mark.parametrize("train_step", [step_logging_first, step_with_own_cross_entropy])
 def test_training_step_accepts_right_steps_written_differently(train_step, capsys):
     ct.check_training_step(prepare_by_name, train_step)
@@ -562,7 +592,18 @@ def ablate_by_zeroing(model, score):
 
 def test_span_ablation_accepts_the_right_loop(capsys):
     ct.check_span_ablation(ablate)
-    assert capsys.readouterr().out.startswith("✔")
+    out = capsys.readouterr().out
+    assert out.startswith("✔") and "6 drawn models of 1 to 8 layers" in out
+
+
+def ablate_for_the_two_depths_shown(model, score):
+    """Right for the 12 and 5 layers the fixed cases have: a depth guessed from a size, not read from the model."""
+    return ablate(model, score, layers=12 if len(encoder_layers(model)) > 6 else 5)
+
+
+def test_span_ablation_draws_depths_and_shows_the_shallowest_that_fails():
+    _fails(ct.check_span_ablation, ablate_for_the_two_depths_shown,
+           words=("Right on the 4 fixed cases", "1 layer in", "a number of layers written in", "a model of 1 layer raised"))
 
 
 @pytest.mark.parametrize(
@@ -864,6 +905,46 @@ def serve_as_dict(model, adapter_sets, requests):
 )
 def test_serving_counts_rows_and_loads(answer, words):
     _fails(ct.check_serving, answer, words=words)
+
+
+def serve_squeezing(model, adapter_sets, requests):
+    """Squeezes each group's logits: a group of one request loses its row dimension (right on the fixed requests,
+    where every task has two or more)."""
+    outputs = [None] * len(requests)
+    for task, indices in _groups(requests).items():
+        load_adapter_set(model, adapter_sets[task])
+        for k, row in zip(indices, _run(model, requests, indices).squeeze()):
+            outputs[k] = row
+    return outputs
+
+
+def serve_every_task_of_the_sets(model, adapter_sets, requests):
+    """Walks the tasks of adapter_sets, not of the requests: a task nobody asked for stacks an empty batch."""
+    outputs = [None] * len(requests)
+    for task in adapter_sets:
+        indices = [k for k, (asked, _) in enumerate(requests) if asked == task]
+        load_adapter_set(model, adapter_sets[task])
+        for k, row in zip(indices, _run(model, requests, indices)):
+            outputs[k] = row
+    return outputs
+
+
+@pytest.mark.parametrize(
+    "answer, words",
+    [
+        (serve_squeezing, ("Right on the fixed case", "1 request of", "squeeze()", "one row of logits per request")),
+        (serve_every_task_of_the_sets, ("Right on the fixed case", "1 request of", "a task with no requests",
+                                        "stack expects a non-empty TensorList")),
+    ],
+    ids=lambda value: getattr(value, "__name__", None) if callable(value) else None,
+)
+def test_serving_draws_request_lists_and_shows_the_shortest_that_fails(answer, words):
+    _fails(ct.check_serving, answer, words=words)
+
+
+def test_serving_accepts_a_server_of_one_forward_pass_per_task_on_drawn_requests(capsys):
+    ct.check_serving(serve)
+    assert "25 drawn request lists (1 to 10 requests" in capsys.readouterr().out
 
 
 def test_serving_reports_a_stub_as_missing():

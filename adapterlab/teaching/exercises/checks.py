@@ -148,7 +148,7 @@ def smallest_failing(cases, fails, examples: int):
     calls it hundreds of times while shrinking); the check then runs the case it returns in full. An answer that
     raises fails its case (the full check names the error); its warnings, NumPy's float errors and its draws from
     torch's generator are kept from the notebook."""
-    from hypothesis import HealthCheck, find, settings
+    from hypothesis import HealthCheck, Phase, find, settings
     from hypothesis.errors import NoSuchExample
 
     def failing(case) -> bool:
@@ -160,7 +160,8 @@ def smallest_failing(cases, fails, examples: int):
             return True
 
     drawing = settings(max_examples=examples, derandomize=True, database=None, deadline=None,
-                       suppress_health_check=list(HealthCheck))
+                       suppress_health_check=list(HealthCheck),
+                       phases=(Phase.explicit, Phase.generate, Phase.shrink))  # no "explain": it reruns the answer
     try:
         return find(cases, failing, settings=drawing)
     except NoSuchExample:
@@ -174,7 +175,8 @@ def _drawn_case_failed(what: str, fixed: int, drawn: str, case: str, check_in_fu
     try:
         check_in_full()
     except CheckFailed as failed:
-        raise CheckFailed(f"Right on the {fixed} fixed cases, {what} is wrong on the smallest of {drawn} where it "
+        fixed_cases = "the fixed case" if fixed == 1 else f"the {fixed} fixed cases"
+        raise CheckFailed(f"Right on {fixed_cases}, {what} is wrong on the smallest of {drawn} where it "
                           f"differs, {case}, which points to {causes}. On that case: {failed}") from None
     raise CheckFailed(f"{what[0].upper()}{what[1:]} gave another result when called again on the same case ({case}): "
                       "it must depend only on what it is given.")
@@ -1516,11 +1518,6 @@ def _tiny_bert(layers: int = 2):
         return BertForSequenceClassification(config)
 
 
-def _twelve_layers():
-    """BERT-base's 12 layers (its exact parameter names; the width does not change a name), on the meta device."""
-    return _tiny_bert(layers=12)
-
-
 def _layer_of(name: str) -> int | None:
     match = re.match(r"bert\.encoder\.layer\.(\d+)\.", name)
     return int(match[1]) if match else None
@@ -1608,34 +1605,69 @@ def check_trained_names(names_fn) -> None:
     adapters really added, for every placement and both LayerNorm choices.
     """
     name = _name(names_fn)
-    for build in (_twelve_layers, _tiny_bert):
-        _check_names_on(name, names_fn, build)
+    fixed = [(layers, *case) for layers in (12, 2) for case in PLACEMENT_CASES]
+    for case in fixed:
+        _check_names_case(name, names_fn, *case)
+
+    def fails(case) -> bool:
+        names, expected, _ = _bert_names(*case)
+        got = names_fn(list(names), *case[1:])
+        listed = isinstance(got, (set, frozenset, list, tuple))
+        return not listed or len(set(got)) != len(got) or set(got) != expected
+
+    failing = smallest_failing(_drawn_name_cases(), fails, DRAWN_NAME_MODELS)
+    if failing is not None:
+        layers, placement, train_layernorm = failing
+        _drawn_case_failed("your set", len(fixed), f"{DRAWN_NAME_MODELS} drawn BERTs of 1 to {DRAWN_NAME_LAYERS} layers",
+                           f"{layers} layer{'s' * (layers > 1)}, {placement}, train_layernorm={train_layernorm}",
+                           lambda: _check_names_case(name, names_fn, *failing),
+                           "a number of layers written in (BERT-large has 24), or a branch only some depths reach")
     report_passed(
         "Your sets match requires_grad of a real BERT with adapters for all three placements, LayerNorms trained "
-        "and frozen."
+        f"and frozen, at BERT-base's 12 layers, at 2, and on {DRAWN_NAME_MODELS} drawn depths up to "
+        f"{DRAWN_NAME_LAYERS}."
     )
 
 
-def _check_names_on(name: str, names_fn, build) -> None:
-    names = [n for n, _ in build().named_parameters()]
-    for placement, train_layernorm in PLACEMENT_CASES:
-        with torch.random.fork_rng():  # drawing the adapters must not shift the notebook's generator
-            model = add_adapters(build(), placement, 4, train_layernorm=train_layernorm)
-        expected = {n for n, p in model.named_parameters() if p.requires_grad}
-        existing = {n for n, _ in model.named_parameters()}
-        call = f"{name}(names, {placement!r}, train_layernorm={train_layernorm})"
-        got = call_answer(call, names_fn, list(names), placement, train_layernorm)
-        if isinstance(got, str) or not isinstance(got, (set, frozenset, list, tuple)):
-            raise CheckFailed(f"{call} returned a {type(got).__name__}; return a set of parameter names.")
-        if not all(isinstance(item, str) for item in got):
-            raise CheckFailed(f"{call} returned a set holding {type(next(iter(got))).__name__}s; return parameter "
-                              "names, the strings of model.named_parameters().")
-        twice = sorted({item for item in got if list(got).count(item) > 1})
-        if twice:
-            raise CheckFailed(f"{call} lists {twice[0]} {list(got).count(twice[0])} times"
-                              f"{f' (and {len(twice) - 1} other names more than once)' if len(twice) > 1 else ''}: "
-                              "return a set, each name once (build it with a set, or wrap your list in set(...)).")
-        got = set(got)
-        if got != expected:
-            problem = _diagnose_names(expected - got, got - expected, existing, placement, got)
-            raise CheckFailed(f"{call}: {problem}")
+#: Depths drawn for the names check: up to BERT-large's 24 layers, where a ``range(12)`` written in shows.
+DRAWN_NAME_MODELS, DRAWN_NAME_LAYERS = 30, 24
+
+
+def _drawn_name_cases():
+    """(layers, placement, train_layernorm) drawn by hypothesis; a failing case shrinks to the shallowest BERT."""
+    from hypothesis import strategies as st
+
+    return st.tuples(st.integers(1, DRAWN_NAME_LAYERS), st.sampled_from(("houlsby", "pfeiffer", "parallel")),
+                     st.booleans())
+
+
+@functools.cache
+def _bert_names(layers: int, placement: str, train_layernorm: bool):
+    """A BERT classifier's parameter names before adapters, the set that trains once they are added, and every
+    name after: requires_grad of a real model on the meta device, made once a session per case (hypothesis asks
+    for the same depths again while it shrinks)."""
+    names = tuple(n for n, _ in _tiny_bert(layers).named_parameters())
+    with torch.random.fork_rng():  # drawing the adapters must not shift the notebook's generator
+        model = add_adapters(_tiny_bert(layers), placement, 4, train_layernorm=train_layernorm)
+    expected = frozenset(n for n, p in model.named_parameters() if p.requires_grad)
+    return names, expected, frozenset(n for n, _ in model.named_parameters())
+
+
+def _check_names_case(name: str, names_fn, layers: int, placement: str, train_layernorm: bool) -> None:
+    names, expected, existing = _bert_names(layers, placement, train_layernorm)
+    call = f"{name}(names, {placement!r}, train_layernorm={train_layernorm})"
+    got = call_answer(call, names_fn, list(names), placement, train_layernorm)
+    if isinstance(got, str) or not isinstance(got, (set, frozenset, list, tuple)):
+        raise CheckFailed(f"{call} returned a {type(got).__name__}; return a set of parameter names.")
+    if not all(isinstance(item, str) for item in got):
+        raise CheckFailed(f"{call} returned a set holding {type(next(iter(got))).__name__}s; return parameter "
+                          "names, the strings of model.named_parameters().")
+    twice = sorted({item for item in got if list(got).count(item) > 1})
+    if twice:
+        raise CheckFailed(f"{call} lists {twice[0]} {list(got).count(twice[0])} times"
+                          f"{f' (and {len(twice) - 1} other names more than once)' if len(twice) > 1 else ''}: "
+                          "return a set, each name once (build it with a set, or wrap your list in set(...)).")
+    got = set(got)
+    if got != expected:
+        problem = _diagnose_names(expected - got, got - expected, existing, placement, got)
+        raise CheckFailed(f"{call}: {problem}")

@@ -34,7 +34,7 @@ from ...runs.ablation import span_ablation
 from ...training.data import matthews
 from .audit import ANYTHING, REQUIRES_GRAD, WEIGHTS, hook_count
 from .checks import (POOLER_STAYS_FROZEN, CheckFailed, PackageAnswer, call_answer, close_enough, makes_everywhere,
-                     plain_errors, report_passed, smallest_failing)
+                     plain_errors, report_passed, smallest_failing, _drawn_case_failed)
 
 __all__ = ["CheckFailed", "check_training_step", "check_matthews", "check_span_ablation", "check_serving",
            "check_pareto_front"]
@@ -172,6 +172,50 @@ def _prepared(prepare_name, prepare_fn, model, learning_rate, expected: set[str]
     return optimizer
 
 
+#: Models and learning rates drawn for the prepare half of lab 6's check.
+DRAWN_PREPARATIONS = 20
+
+
+def _drawn_preparation(case):
+    """A fresh model of a drawn case, every tensor requiring grad, with what the freeze policy trains in it."""
+    base, trained = _preparation_model(case[0])
+    return copy.deepcopy(base), trained
+
+
+@functools.cache
+def _preparation_model(layers: int):
+    """A model of ``layers`` layers, every tensor requiring grad, and its policy: built once a session per depth
+    (hypothesis asks for the same depths again while it shrinks), handed out only as a copy."""
+    model = _tiny_classifier(seed=layers, layers=layers)
+    model.requires_grad_(True)
+    return model, frozenset(_policy(model))
+
+
+def _check_drawn_preparations(prepare_name: str, prepare_fn) -> None:
+    """Draw depths and learning rates (1e-6 to 9e-1); show the smallest case the optimizer or the freezing is
+    wrong on."""
+    from hypothesis import strategies as st
+
+    def fails(case) -> bool:
+        model, expected = _drawn_preparation(case)
+        optimizer = prepare_fn(model, case[1])
+        _check_frozen(model, expected)
+        _check_optimizer_kind(optimizer, case[1], prepare_name)
+        _check_optimizer_holds(model, optimizer)
+        return False
+
+    rates = st.tuples(st.integers(1, 9), st.integers(-6, -1)).map(lambda pair: pair[0] * 10.0 ** pair[1])
+    failing = smallest_failing(st.tuples(st.integers(1, 6), rates), fails, DRAWN_PREPARATIONS)
+    if failing is not None:
+        layers, learning_rate = failing
+        model, expected = _drawn_preparation(failing)
+        _drawn_case_failed(
+            prepare_name, 2, f"{DRAWN_PREPARATIONS} drawn models and learning rates",
+            f"{layers} layer{'s' * (layers > 1)}, learning_rate={learning_rate:g}",
+            lambda: _prepared(prepare_name, prepare_fn, model, learning_rate, expected),
+            "a learning rate or a number of layers written in")
+
+
 def _policy(model) -> set[str]:
     """What the package's freeze policy trains in this model (the reference)."""
     policy = set_trainable(copy.deepcopy(model), "adapters")
@@ -298,6 +342,7 @@ def check_training_step(prepare_fn, step_fn) -> None:
     deep = _tiny_classifier(seed=5, layers=12)
     deep.requires_grad_(True)
     _prepared(prepare_name, prepare_fn, deep, 3e-4, _policy(deep))
+    _check_drawn_preparations(prepare_name, prepare_fn)
 
     model = _tiny_classifier(seed=6, dropout=0.1).train()
     model.requires_grad_(True)  # as a freshly built model: nothing frozen yet
@@ -386,7 +431,8 @@ def check_training_step(prepare_fn, step_fn) -> None:
         )
     report_passed(
         f"Your training step is right: only the adapter, LayerNorm and classifier tensors train ({len(expected)} in "
-        "the 3-layer model, all 12 layers checked too), AdamW at the given rate holds exactly those, each step uses "
+        f"the 3-layer model, all 12 layers checked too, and {DRAWN_PREPARATIONS} drawn models and rates), AdamW at "
+        "the given rate holds exactly those, each step uses "
         "its own fresh gradients (dropout on, padding masked), frozen tensors stay bit-identical, and the loss on "
         f"one batch falls over {TRAINING_STEPS} steps."
     )
@@ -813,12 +859,42 @@ def check_span_ablation(ablate_fn) -> None:
     base, _ = _reference_ablation(ABLATION_LAYERS)
     for stop, when in _STOPS.items():
         _check_stopped_ablation(name, ablate_fn, copy.deepcopy(base).train(), batch, stop, when)
+    _check_drawn_depths(name, ablate_fn, batch)
     report_passed(
         f"Your span ablation matches adapterlab.ablation on all {_spans(ABLATION_LAYERS)} spans of a "
         f"{ABLATION_LAYERS}-layer model and all {_spans(OTHER_DEPTH)} of a {OTHER_DEPTH}-layer one, and leaves the "
         "model as it came (tensors, outputs, modes, flags, hooks), in "
-        "training mode and in evaluation mode, even when the evaluation fails or is interrupted."
+        "training mode and in evaluation mode, even when the evaluation fails or is interrupted; and so on "
+        f"{DRAWN_DEPTHS} drawn models of 1 to {DRAWN_MAX_DEPTH} layers."
     )
+
+
+#: Models drawn for the span-ablation check: few (each is a whole loop), from one layer, where one span is all.
+DRAWN_DEPTHS, DRAWN_MAX_DEPTH = 6, 8
+
+
+def _check_drawn_depths(name: str, ablate_fn, batch) -> None:
+    """Draw depths and modes; show the shallowest model whose spans the answer scores wrong or leaves changed."""
+    from hypothesis import strategies as st
+
+    def fails(case) -> bool:
+        layers, training = case
+        base, expected = _reference_ablation(layers)
+        model = copy.deepcopy(base).train(training)
+        got = ablate_fn(model, _score_fn(batch, student=True))
+        return (not isinstance(got, dict) or set(got) != set(expected)
+                or any(not math.isclose(_as_float(got[s]), expected[s], rel_tol=1e-5, abs_tol=1e-6) for s in expected)
+                or enabled_layers(model) != list(range(layers)) or model.training != training)
+
+    failing = smallest_failing(st.tuples(st.integers(1, DRAWN_MAX_DEPTH), st.booleans()), fails, DRAWN_DEPTHS)
+    if failing is not None:
+        layers, training = failing
+        base, expected = _reference_ablation(layers)
+        _drawn_case_failed(
+            "your loop", 4, f"{DRAWN_DEPTHS} drawn models", f"{layers} layer{'s' * (layers > 1)} in "
+            f"{'training' if training else 'evaluation'} mode",
+            lambda: _check_one_ablation(name, ablate_fn, copy.deepcopy(base).train(training), batch, expected),
+            "a number of layers written in, or a range that misses the first or the last layer")
 
 
 def _check_one_ablation(name: str, ablate_fn, model, batch, expected: dict) -> None:
@@ -830,9 +906,10 @@ def _check_one_ablation(name: str, ablate_fn, model, batch, expected: dict) -> N
     with torch.no_grad():
         outputs = model(input_ids=batch).logits
     try:
-        got = call_answer(f"{name}(model, score) on a model of {layers} layers", ablate_fn, model, score,
+        depth = f"{layers} layer{'s' * (layers > 1)}"
+        got = call_answer(f"{name}(model, score) on a model of {depth}", ablate_fn, model, score,
                           may_change={0: ANYTHING},  # the restore is this check's subject: named below
-                          hint=f"This model has {layers} layers: does your loop take their number from the model?")
+                          hint=f"This model has {depth}: does your loop take their number from the model?")
     finally:
         grad_after = torch.is_grad_enabled()
         torch.set_grad_enabled(state["grad"])  # whatever the answer did, the notebook gets its grad mode back
@@ -963,14 +1040,69 @@ def check_serving(serve_fn) -> None:
 
 
 def _check_serving_in(folder: Path, name: str, serve_fn) -> None:
-    """:func:`check_serving`, with its adapter sets saved in ``folder``."""
+    """:func:`check_serving`, with its adapter sets saved in ``folder``: the fixed mixed requests, then drawn ones."""
     base, sets, requests, server = _serving_case(folder)
-    reference = {}
-    for task in SERVING_TASKS:
-        model = copy.deepcopy(base)
+    served = _task_models(base, sets)
+    _check_serving_case(name, serve_fn, base, sets, requests, server, served)
+
+    def fails(case) -> bool:
+        drawn, model = _drawn_serving(served, case)
+        rows = _rows(serve_fn(model, dict(sets), list(drawn)), len(drawn))
+        return rows is None or not all(
+            close_enough(row, _served(served, task, ids)) for row, (task, ids) in zip(rows, drawn))
+
+    failing = smallest_failing(_drawn_servings(), fails, DRAWN_SERVINGS)
+    if failing is not None:
+        order, loaded, length = failing
+        _drawn_case_failed(
+            "your server", 1, f"{DRAWN_SERVINGS} drawn request lists",
+            f"{len(order)} request{'s' * (len(order) > 1)} of {length} tokens for {', '.join(order)}, with the "
+            f"{loaded!r} set loaded",
+            lambda: _check_serving_case(name, serve_fn, base, sets, *_drawn_serving(served, failing), served),
+            "a count of requests or tasks written in, a group of one request (squeeze() drops its row), or a task "
+            "with no requests")
+    report_passed(
+        f"Your server answers {len(requests)} mixed requests for {len(SERVING_TASKS)} tasks exactly as one model per "
+        f"task would, in request order, with one adapter-set swap and one forward pass per task, and so do "
+        f"{DRAWN_SERVINGS} drawn request lists (1 to {DRAWN_REQUESTS} requests, any mix of tasks)."
+    )
+
+
+#: Request lists drawn for the serving check, each of 1 to DRAWN_REQUESTS requests.
+DRAWN_SERVINGS, DRAWN_REQUESTS = 25, 10
+
+
+def _drawn_servings():
+    """(tasks of the requests in arrival order, the set loaded before, tokens per request) drawn by hypothesis; a
+    failing case shrinks to the fewest requests."""
+    from hypothesis import strategies as st
+
+    return st.tuples(st.lists(st.sampled_from(SERVING_TASKS), min_size=1, max_size=DRAWN_REQUESTS),
+                     st.sampled_from(SERVING_TASKS), st.integers(2, 8))
+
+
+def _drawn_serving(served: dict, case):
+    """The requests of a drawn case, and a copy of the model holding the set the case says was loaded."""
+    order, loaded, length = case
+    return list(zip(order, _token_batch(92, len(order), length=length))), copy.deepcopy(served[loaded])
+
+
+def _task_models(base, sets) -> dict:
+    """One copy of the model per task with that task's set loaded: what a separate model per task answers."""
+    models = {task: copy.deepcopy(base) for task in SERVING_TASKS}
+    for task, model in models.items():
         load_adapter_set(model, sets[task])
-        with torch.no_grad():
-            reference[task] = [model(input_ids=ids[None]).logits[0] for _, ids in requests]
+    return models
+
+
+def _served(models: dict, task: str, ids) -> torch.Tensor:
+    with torch.no_grad():
+        return models[task](input_ids=ids[None]).logits[0]
+
+
+def _check_serving_case(name: str, serve_fn, base, sets, requests, server, served) -> None:
+    """One list of requests served by the answer, in full: the rows, and how they were computed."""
+    reference = {task: [_served(served, task, ids) for _, ids in requests] for task in SERVING_TASKS}
     with _files_opened() as log:
         load_adapter_set(copy.deepcopy(base), sets["grammar"])
     per_load = max(1, _loads(log, sets))
@@ -1014,7 +1146,7 @@ def _check_serving_in(folder: Path, name: str, serve_fn) -> None:
                           f"as a list of tensors or one tensor; it returned {type(got).__name__}.")
     truth = [reference[task][k] for k, (task, _) in enumerate(requests)]
     if all(close_enough(row, want) for row, want in zip(rows, truth)):
-        tasks_used = len(set(SERVING_ORDER))
+        tasks_used = len({task for task, _ in requests})
         if passes["n"] > tasks_used:
             raise CheckFailed(
                 f"The answers are right, but you ran {passes['n']} forward passes for {tasks_used} tasks: batch each "
@@ -1031,10 +1163,6 @@ def _check_serving_in(folder: Path, name: str, serve_fn) -> None:
                 "copies every tensor of the set into the model, so load each task's set once, before its group."
             )
         _serve_again(name, serve_fn, base, sets, requests, server, reference)
-        report_passed(
-            f"Your server answers {len(requests)} mixed requests for {tasks_used} tasks exactly as one model per "
-            f"task would, in request order, with one adapter-set swap and one forward pass per task."
-        )
         return
     raise CheckFailed(_serving_mistake(rows, requests, reference))
 
@@ -1055,7 +1183,7 @@ def _serve_again(name, serve_fn, base, sets, requests, server, reference) -> Non
     holding another set than the first call left loaded, with the requests of the task it left loaded first. An
     answer that keeps which set is loaded between calls (in a global or a default argument) answers from that
     memory, and wrongly."""
-    last = _loaded_set(server, base, sets) or SERVING_ORDER[-1]
+    last = _loaded_set(server, base, sets) or requests[-1][0]
     model = copy.deepcopy(base)
     load_adapter_set(model, sets[next(task for task in SERVING_TASKS if task != last)])
     order = sorted(range(len(requests)), key=lambda k: requests[k][0] != last)  # stable: `last` first
