@@ -1,6 +1,7 @@
 """Verdicts as a table: the numbers are the comparisons' own, read the way round they are said, and the table
 reads the same as HTML, as text and, cut over slides, on the deck."""
 
+import dataclasses
 from html.parser import HTMLParser
 
 import numpy as np
@@ -110,11 +111,12 @@ def test_an_undecided_row_says_how_many_seeds_would_settle_it_and_a_missing_one_
     assert undecided[5] == (str(wide.seeds_for_power) if wide.seeds_for_power else "over 100")
 
 
-def test_a_hyphenated_word_in_a_name_or_a_verdict_cannot_break_on_a_slide():
+def test_a_setting_or_a_hyphenated_word_in_a_name_or_a_verdict_cannot_break_on_a_slide():
     table = verdict_table([compare(A, B, names=("σ = 1e-06", "full fine-tuning"))])
     page = table._repr_html_()
-    for word in ("1e-06", "fine-tuning"):  # a browser may break a line after the hyphen of a bare word
+    for word in ("σ = 1e-06", "fine-tuning"):  # a browser may break at the spaces of a setting, after a hyphen
         assert f'<span style="white-space: nowrap">{word}</span>' in page, word
+    assert '<span style="white-space: nowrap">σ</span>' not in page
     assert "<span" not in page.split("<tbody>")[1].split("</tbody>")[0].split("</td>")[1]  # numbers stay bare
 
 
@@ -176,3 +178,11 @@ def test_a_row_never_shows_an_interval_end_on_the_margin_it_does_not_reach():
                 shown_on_margin += 1
                 assert (abs(said) < 1.0) == (abs(true) < 1.0) and abs(said) != 1.0, row
     assert shown_on_margin > 10
+
+
+def test_the_footer_says_why_an_end_of_an_interval_has_two_decimals():
+    near = dataclasses.replace(compare(A, B, names=("r=8", "r=64")), low=-0.0097, high=0.004, verdict="level")
+    plain = dataclasses.replace(near, low=-0.008)
+    assert decided_table([near]).rows()[0][2] == "-0.97 to +0.4"  # one decimal would read "-1.0", on the bound
+    assert "two decimals: an end that would round to ±1.0" in decided_table([near]).footer()
+    assert "two decimals" not in decided_table([plain]).footer()

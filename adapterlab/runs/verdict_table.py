@@ -87,6 +87,8 @@ class VerdictTable:
         words = [row[3] for row in self.rows()]
         parts = ["difference: the first minus the second, in points (×100)",
                  f"level: the interval inside ±{self._margin():.1f}"]
+        if any(re.search(r"\.\d\d", row[2]) for row in self.rows()):
+            parts.append(f"two decimals: an end that would round to ±{self._margin():.1f}")
         if size > 1:
             held = f" ({len(decided)} here and {size - len(decided)} more: {self.family})" \
                 if self.family and size > len(decided) else ""
@@ -124,14 +126,16 @@ class VerdictTable:
                 "</small></p>")
 
 
-#: A word with a hyphen inside ("1e-06", "fine-tuning", "top-1"): a browser may break a line after the hyphen.
-_HYPHENATED = re.compile(r"[^\s<>]*\w-\w[^\s<>]*")
+#: A setting written "name = value" ("σ = 1e-06", "r = 64"), whose parts make sense only together, or a word with
+#: a hyphen inside ("1e-06", "fine-tuning", "top-1"), after which a browser may break a line.
+_UNBREAKABLE = re.compile(r"[^\s<>]+ = [^\s<>]+|[^\s<>]*\w-\w[^\s<>]*")
 
 
 def _unbroken(text: str) -> str:
-    """Escaped cell text whose hyphenated words cannot break: a names column squeezed on a slide wraps at spaces
-    ("σ = 1e-06 vs" / "σ = 1e-01"), never inside a number ("σ = 1e-" / "01")."""
-    return _HYPHENATED.sub(lambda word: f'<span style="white-space: nowrap">{word[0]}</span>', text)
+    """Escaped cell text whose settings and hyphenated words cannot break: a names column squeezed on a slide wraps
+    between them ("σ = 1e-06 vs" / "σ = 1e-01"), never inside a setting ("σ =" / "1e-01") or a number ("1e-" /
+    "01")."""
+    return _UNBREAKABLE.sub(lambda word: f'<span style="white-space: nowrap">{word[0]}</span>', text)
 
 
 def verdict_table(comparisons, title: str = "") -> VerdictTable:

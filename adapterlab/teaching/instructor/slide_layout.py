@@ -463,13 +463,13 @@ def _first_sentences(text: str, room: int) -> tuple[str, str]:
 
 def _first_sentence_of_item(item: str) -> str:
     """A list item's marker and its first whole sentence: a marker such as "2." is not a sentence of its own,
-    and a clause that ends in ";" or ":" leaves the item's point unsaid, so the sentence runs on to its
-    full stop."""
+    and a clause that ends in ";" or ":", or a bold lead-in ("**The map.**"), leaves the item's point unsaid,
+    so the sentence runs on to its full stop."""
     marker = _LIST_ITEM.match(item)
     kept = []
     for piece in _sentences(item[marker.end():]):
         kept.append(piece)
-        if not re.search(r"[;:](?:\*\*|[\"')\]])?$", piece):
+        if not re.search(r"[;:](?:\*\*|[\"')\]])?$", piece) and not _LEAD_IN.fullmatch(piece):
             break
     return marker[0] + " ".join(kept)
 
@@ -480,8 +480,8 @@ def _split_prose(markdown: str, room: int, prediction: bool) -> tuple[str, str, 
     shows the sentences that fit, the rest (and the paragraphs after it) going to the notes; a list shows
     each item's first sentence, the whole items in the notes, and the items whose first sentences do not fit
     (with the blocks after them) continue on the next slide, so a summary keeps every point on the slides.
-    A prediction keeps its question and its choices: the sentences that lead up to the question move to
-    the notes."""
+    A prediction keeps its question, its choices and as many of the sentences just before the question as
+    still fit (a bare "What happens?" asks nothing): the earlier ones move to the notes."""
     blocks = _blocks(markdown)
     if prediction:
         first = next((i for i, block in enumerate(blocks) if not block.startswith("#")), None)
@@ -491,8 +491,13 @@ def _split_prose(markdown: str, room: int, prediction: bool) -> tuple[str, str, 
         if len(sentences) < 2:
             return markdown, "", ""
         lead = sentences[0].split("**", 2)[1] if sentences[0].startswith("**") and sentences[0].count("**") >= 2 else ""
-        kept = ([f"**{lead}**"] if lead else []) + [sentences[-1]]
-        moved = " ".join(sentences[:-1])
+        left = room - sum(prose_words(block) for block in blocks if block != blocks[first]) - prose_words(sentences[-1])
+        start = len(sentences) - 1
+        while start > 0 and prose_words(sentences[start - 1]) <= left:
+            left -= prose_words(sentences[start - 1])
+            start -= 1
+        kept = ([f"**{lead}**"] if lead and start else []) + sentences[start:]
+        moved = " ".join(sentences[:start])
         if lead:
             moved = moved.replace(f"**{lead}**", "", 1).strip()
         return "\n\n".join(blocks[:first] + [" ".join(kept)] + blocks[first + 1 :]), moved, ""
