@@ -250,7 +250,17 @@ def test_the_training_figure_sets_its_axis_titles_on_lines_that_fit():
     fig = plots.training_figure(history)
     titles = [fig.layout.yaxis.title.text, fig.layout.yaxis2.title.text]
     assert "cross-entropy loss" in titles[0] and "<br>" in titles[0]
-    assert all(len(line) <= plots.Y_TITLE_CHARS for title in titles for line in title.split("<br>"))
+    assert all(len(line) <= plots.PANEL_Y_TITLE_CHARS for title in titles for line in title.split("<br>"))
+
+
+def test_the_training_curves_wear_greys_that_no_method_task_or_activation_wears():
+    history = History(steps=[1, 2], loss=[0.7, 0.6], evals=[{"step": 2, "loss": 0.6, "matthews": 0.2}],
+                      metric="matthews")
+    worn = {trace.line.color for trace in plots.training_figure(history).data}
+    assert worn == set(plots.TRAINING_COLORS.values())
+    taken = {color for color, _ in plots.METHOD_STYLES.values()} | set(plots.ACTIVATION_COLORS.values()) | set(
+        plots.SERIES_COLORS.values())
+    assert worn.isdisjoint(taken)
 
 
 def test_a_task_or_a_pooler_choice_keeps_its_colour_whatever_it_is_drawn_beside():

@@ -364,6 +364,9 @@ def test_the_table_shows_rates_spreads_and_the_paper_beside_ours():
     assert lines[1].split() == ["Houlsby", "r=64", "0.001", "753,794", "84.4", "±", "0.4", "(3)", "94.0"]
     assert lines[2].split() == ["Houlsby", "r=8", "0.001*", "1,000", "83.0", "(1)"]
     assert lines[3].split() == ["full", "fine-tuning", "—", "—", "not", "stored", "94.9"]
+    assert lines[4].startswith("* chosen on two seeds") and "!" not in lines[4]  # no row sits at the grid's edge
+    rows[0]["at_edge"] = True
+    assert "! best rate at the grid's edge" in tuning.tuned_table(rows, "sst2").splitlines()[-1]
 
 
 def test_the_validation_curve_is_read_from_each_evaluation():

@@ -535,8 +535,9 @@ def tuned_table(rows: list[dict], task: str) -> str:
         paper = PAPER_ROWS.get((task, row["label"]))
         paper = f"{PAPER[paper].value:.1f}" if paper else ""
         lines.append(f"{row['label']:<18} {rate:>12} {trained:>11} {score:>26} {paper:>6}")
-    lines.append("* chosen on two seeds (a near tie at one)   ! best rate at the grid's edge   "
-                 "paper: Table 1, BERT-large, GLUE test")
+    marks = [words for key, words in (("tie", "* chosen on two seeds (a near tie at one)"),
+                                      ("at_edge", "! best rate at the grid's edge")) if any(row[key] for row in rows)]
+    lines.append("   ".join([*marks, "paper: Table 1, BERT-large, GLUE test"]))  # only the marks the rows carry
     return "\n".join(lines)
 
 

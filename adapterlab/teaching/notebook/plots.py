@@ -349,24 +349,36 @@ METRIC_AXES = {
 }
 
 
+#: The training curves' greys: one run's losses and score, which no method, task or activation colour may
+#: suggest (a red eval loss read as full fine-tuning).
+TRAINING_COLORS = {"training loss": "#a6a6a6", "eval": "#2f2f2f"}
+#: A y-axis title of a figure of two panels longer than this is set on more lines: each panel is half as wide
+#: and, on a slide, less tall (lab 7's "dev Matthews correlation (−1 … 1)" lost its bracket on one line).
+PANEL_Y_TITLE_CHARS = 24
+
+
 def training_figure(history) -> go.Figure:
     """Training loss (every step) and eval loss against the step, and the main metric against the step
     (lab 6's live plot and the training panel of labs 6 and 7). ``history`` is a
     :class:`adapterlab.training.History`."""
     from plotly.subplots import make_subplots
 
-    figure = make_subplots(rows=1, cols=2, subplot_titles=("Loss", f"{history.metric} on the eval set"))
+    # the gap between the panels holds the second panel's y-axis title, on two lines
+    figure = make_subplots(rows=1, cols=2, subplot_titles=("Loss", f"{history.metric} on the eval set"),
+                           horizontal_spacing=0.16)
     figure.add_scatter(x=history.steps, y=history.loss, mode="lines", name="training loss (per step)",
-                       line=dict(width=1), row=1, col=1)
+                       line=dict(width=1, color=TRAINING_COLORS["training loss"]), row=1, col=1)
     eval_steps = [e["step"] for e in history.evals]
     figure.add_scatter(x=eval_steps, y=[e["loss"] for e in history.evals], mode="lines+markers",
-                       name="eval loss", row=1, col=1)
+                       name="eval loss", line=dict(color=TRAINING_COLORS["eval"]), row=1, col=1)
     figure.add_scatter(x=eval_steps, y=[e.get(history.metric) for e in history.evals], mode="lines+markers",
-                       name=f"eval {history.metric}", row=1, col=2)
+                       name=f"eval {history.metric}", line=dict(color=TRAINING_COLORS["eval"]),
+                       marker=dict(symbol="square"), row=1, col=2)
     for col in (1, 2):
         figure.update_xaxes(title_text="step (optimizer updates)", row=1, col=col)
-    figure.update_yaxes(title_text=_axis_title("cross-entropy loss (nats per example)"), row=1, col=1)
-    figure.update_yaxes(title_text=_axis_title(METRIC_AXES.get(history.metric, history.metric)), row=1, col=2)
+    loss_title, metric_title = "cross-entropy loss (nats per example)", METRIC_AXES.get(history.metric, history.metric)
+    figure.update_yaxes(title_text=_axis_title(loss_title, PANEL_Y_TITLE_CHARS), row=1, col=1)
+    figure.update_yaxes(title_text=_axis_title(metric_title, PANEL_Y_TITLE_CHARS), row=1, col=2)
     figure.update_yaxes(automargin=True)
     # A horizontal legend's default place is on top of the x-axis titles: put it below them.
     figure.update_layout(title_text=history.title or "Training", height=420, margin=dict(b=110), template=TEMPLATE,
