@@ -2,6 +2,7 @@
 
 import math
 import statistics
+from types import SimpleNamespace
 
 import pytest
 
@@ -277,3 +278,11 @@ def test_the_panel_s_placement_bars_wear_their_methods_colours():
     [bars] = plots.sweep_figure(rows, "placement", "placements").data
     assert list(bars.marker.color) == [plots.METHOD_STYLES[key][0] for key in ("houlsby", "pfeiffer", "parallel",
                                                                              "head only")]
+
+
+def test_the_span_ablation_heatmap_gives_its_scores_as_the_title_s_subtitle():
+    ablation = SimpleNamespace(num_layers=2, scores=[[0.8, 0.7], [float("nan"), 0.85]], metric="accuracy",
+                               full=0.863, all_removed=0.7)
+    title = plots.span_ablation_figure(ablation, majority=0.51, backbone="tiny").layout.title
+    assert title.text == "Adapters switched off in layers first…last, tiny"  # a slide heading of its own
+    assert title.subtitle.text == "all on 0.863; all off 0.700; majority class 0.510"

@@ -535,8 +535,10 @@ def span_ablation_figure(ablation, majority: float | None = None, backbone: str 
     parts = [f"all on {ablation.full:.3f}", f"all off {ablation.all_removed:.3f}"]
     if majority is not None:
         parts.append(f"majority class {majority:.3f}")
-    title = f"Adapters switched off in layers first…last{', ' + backbone if backbone else ''}<br><sup>{'; '.join(parts)}</sup>"
+    title = f"Adapters switched off in layers first…last{', ' + backbone if backbone else ''}"
     fig = _layout(fig, title, "last layer switched off", "first layer switched off")
+    # the scores as the title's subtitle: a slide that takes the title for its heading keeps them in the figure
+    fig.update_layout(title=dict(subtitle=dict(text="; ".join(parts), font=dict(color="gray"))), margin=dict(t=100))
     fig.update_yaxes(autorange="reversed", dtick=1)
     fig.update_xaxes(dtick=1)
     fig.update_layout(height=520, width=620)
