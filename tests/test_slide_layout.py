@@ -666,3 +666,28 @@ def test_a_figure_whose_title_heads_its_slide_keeps_the_room_for_a_note_above_it
         assert _figure_title_as_heading([cell]) == "SST-2 vs init scale"
         layout = cell.outputs[0]["data"]["application/vnd.plotly.v1+json"]["layout"]
         assert "title" not in layout and layout["margin"]["t"] == top
+
+
+def test_a_long_prediction_keeps_the_sentences_before_its_question_that_fit():
+    """A bare "What happens?" asks nothing: the sentence that says what is asked about stays on the slide when it
+    fits beside the question and the choices; only what does not fit goes to the notes."""
+    from adapterlab.slide_layout import PROSE_WORDS, _split_prose, prose_words
+
+    choices = "\n\n* (a) within a point of its best rate\n* (b) a few points below its best\n* (c) at the majority class"
+    context = "Full fine-tuning at the adapters' rate, 1e-3, for the same 300 steps."
+    history = " ".join(["Earlier labs trained the adapters at many rates and kept the best one."] * 4)
+    shown, notes, rest = _split_prose(f"**Predict.** {history} {context} What happens?{choices}", PROSE_WORDS, True)
+    assert shown.startswith("**Predict.** ") and f"{context} What happens?" in shown and shown.endswith(choices.strip())
+    assert rest == "" and prose_words(shown) <= PROSE_WORDS
+    assert notes and history.startswith(notes) and notes + " " + shown.removeprefix("**Predict.** ").split(
+        f" {context}")[0] == history  # the earliest sentences moved, none lost, none twice
+    whole = f"**Predict.** {context} What happens?{choices}"
+    tight = prose_words(choices) + 4  # room for the question and the choices, not for the sentence before them
+    assert _split_prose(whole, tight, True)[:2] == (f"**Predict.** What happens?{choices}", context)
+
+
+def test_a_summary_item_runs_past_its_bold_lead_in():
+    from adapterlab.slide_layout import _first_sentence_of_item
+
+    item = "* **The map.** Adapters leave the backbone alone. Merged LoRA writes into it."
+    assert _first_sentence_of_item(item) == "* **The map.** Adapters leave the backbone alone."
