@@ -84,10 +84,11 @@ class VerdictTable:
         need besides (the family, a verdict the family undid, unpaired seeds, the seeds needed)."""
         decided = [verdict for verdict in self.verdicts if verdict is not None]
         size = max((verdict.family_size for verdict in decided), default=1)
-        words = [row[3] for row in self.rows()]
+        rows = self.rows()
+        words = [row[3] for row in rows]
         parts = ["difference: the first minus the second, in points (×100)",
                  f"level: the interval inside ±{self._margin():.1f}"]
-        if any(re.search(r"\.\d\d", row[2]) for row in self.rows()):
+        if any(re.search(r"\.\d\d", row[2]) for row in rows):
             parts.append(f"two decimals: an end that would round to ±{self._margin():.1f}")
         if size > 1:
             held = f" ({len(decided)} here and {size - len(decided)} more: {self.family})" \

@@ -1162,28 +1162,26 @@ def _check_serving_case(name: str, serve_fn, base, sets, requests, server, serve
                 f"The answers are right, but you loaded adapter sets {loads} times for {tasks_used} tasks: a load "
                 "copies every tensor of the set into the model, so load each task's set once, before its group."
             )
-        _serve_again(name, serve_fn, base, sets, requests, server, reference)
+        _serve_again(name, serve_fn, base, sets, requests, server, reference, served)
         return
     raise CheckFailed(_serving_mistake(rows, requests, reference))
 
 
-def _loaded_set(model, base, sets) -> str | None:
-    """The task whose adapter set ``model`` holds now, or None."""
+def _loaded_set(model, served: dict) -> str | None:
+    """The task whose adapter set ``model`` holds now (compared with the models that serve each task), or None."""
     held = saved_parameters(model)
     for task in SERVING_TASKS:
-        probe = copy.deepcopy(base)
-        load_adapter_set(probe, sets[task])
-        if all(torch.equal(tensor, held[name]) for name, tensor in saved_parameters(probe).items()):
+        if all(torch.equal(tensor, held[name]) for name, tensor in saved_parameters(served[task]).items()):
             return task
     return None
 
 
-def _serve_again(name, serve_fn, base, sets, requests, server, reference) -> None:
+def _serve_again(name, serve_fn, base, sets, requests, server, reference, served) -> None:
     """Call a server that answered right once again, as a notebook does with the next batch of requests: on a model
     holding another set than the first call left loaded, with the requests of the task it left loaded first. An
     answer that keeps which set is loaded between calls (in a global or a default argument) answers from that
     memory, and wrongly."""
-    last = _loaded_set(server, base, sets) or requests[-1][0]
+    last = _loaded_set(server, served) or requests[-1][0]
     model = copy.deepcopy(base)
     load_adapter_set(model, sets[next(task for task in SERVING_TASKS if task != last)])
     order = sorted(range(len(requests)), key=lambda k: requests[k][0] != last)  # stable: `last` first

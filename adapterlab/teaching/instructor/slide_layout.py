@@ -491,7 +491,7 @@ def _split_prose(markdown: str, room: int, prediction: bool) -> tuple[str, str, 
         if len(sentences) < 2:
             return markdown, "", ""
         lead = sentences[0].split("**", 2)[1] if sentences[0].startswith("**") and sentences[0].count("**") >= 2 else ""
-        left = room - sum(prose_words(block) for block in blocks if block != blocks[first]) - prose_words(sentences[-1])
+        left = room - sum(prose_words(block) for i, block in enumerate(blocks) if i != first) - prose_words(sentences[-1])
         start = len(sentences) - 1
         while start > 0 and prose_words(sentences[start - 1]) <= left:
             left -= prose_words(sentences[start - 1])
