@@ -375,16 +375,33 @@ def train_command(args) -> int:
     with usage_errors():
         config = _training_config(args)
         check_glue_setting(args.data, task)
-    if _process_rank() > 0:  # torchrun / accelerate: every process trains, the first one writes the run
-        return _train_without_writing(args, task, config)
-    with contextlib.ExitStack() as held:
-        with usage_errors():
-            held.enter_context(claim_run_folder(args.out))  # a second train into the same --out stops here
-            recovered = recover_run_folder(args.out)
-            if recovered:
-                print(f"adapterlab train: {recovered}", file=sys.stderr)
-            staging = prepare_run_folder(args.out, overwrite=args.overwrite)
-        return _train_into(args, task, config, staging, saveable(), save_adapter_set)
+    try:
+        if _process_rank() > 0:  # torchrun / accelerate: every process trains, the first one writes the run
+            return _train_without_writing(args, task, config)
+        with contextlib.ExitStack() as held:
+            with usage_errors():
+                held.enter_context(claim_run_folder(args.out))  # a second train into the same --out stops here
+                recovered = recover_run_folder(args.out)
+                if recovered:
+                    print(f"adapterlab train: {recovered}", file=sys.stderr)
+                staging = prepare_run_folder(args.out, overwrite=args.overwrite)
+            return _train_into(args, task, config, staging, saveable(), save_adapter_set)
+    finally:
+        _end_process_group()
+
+
+def _end_process_group() -> None:
+    """Close the process group that a multi-process run trained in, once this process needs it no more.
+
+    Left open, gloo's worker threads still hold tensors while Python shuts down, and a process that
+    has written everything may still abort at exit ("terminate called without an active exception",
+    exit code -6), which torchrun reports as a failed run. torch asks every process to call
+    destroy_process_group at its end; no collective runs after training, so no process waits here.
+    """
+    import torch.distributed
+
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 def _process_rank() -> int:

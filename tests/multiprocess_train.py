@@ -44,6 +44,7 @@ def main(out: Path) -> None:
               "steps": result.history.steps, "metrics": result.metrics,
               "initial_sha256": initial, "parameters_sha256": trainable_sha256(result.model)}
     (out / f"rank{state.process_index}.json").write_text(json.dumps(report))
+    state.destroy_process_group()  # left open, gloo's threads may abort the process at exit
 
 
 if __name__ == "__main__":

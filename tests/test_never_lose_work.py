@@ -728,6 +728,29 @@ def test_train_writes_nothing_outside_out_and_its_parent(tmp_path, monkeypatch, 
                        "parent/run/metrics.json", "work"]
 
 
+OPEN_GROUP_THEN_TRAIN = """
+import sys, torch.distributed as dist
+from adapterlab.cli import main
+dist.init_process_group("gloo", store=dist.FileStore(sys.argv[1], 1), rank=0, world_size=1)
+code = main(sys.argv[2:])
+print("open" if dist.is_initialized() else "closed", code)
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="gloo is not supported on Windows")
+def test_train_closes_the_process_group_it_trained_in(tmp_path):
+    # Left open, gloo's threads may abort a process at exit after it wrote its run (exit -6, now and then):
+    # the command closes the group in every process, which this checks every time.
+    environment = {k: v for k, v in os.environ.items() if k not in ("ADAPTERLAB_DATA", "WORLD_SIZE", "RANK")}
+    environment.update(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "-c", OPEN_GROUP_THEN_TRAIN, str(tmp_path / "store"), "train", "--out",
+                           str(tmp_path / "run"), *FAST], cwd=ROOT, env=environment, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines()[-1] == f"closed {OK}"
+    assert report(tmp_path / "run")["status"] == "complete"
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="torchrun's gloo rendezvous is not supported on Windows")
 def test_torchrun_train_writes_one_run_from_the_first_process(tmp_path):
     import shutil as shell_tools

@@ -356,7 +356,8 @@ def train(model, train_data: TokenizedSplit, eval_data: TokenizedSplit | None, c
     ``torchrun --nproc_per_node N script.py`` (CPU); every process calls train() with the same data and
     config, takes every N-th batch of each epoch, and ends with the same parameters. ``config.precision``
     "auto" is resolved here (its probe cached under ``backbone``); under several processes the main
-    process decides.
+    process decides. The process group stays open for the script's own collectives: end the script with
+    ``torch.distributed.destroy_process_group()``, as ``adapterlab train`` does, or a process may abort at exit.
     """
     if not isinstance(config, TrainConfig):
         raise ValueError(f"config must be a TrainConfig; got {type(config).__name__}")
