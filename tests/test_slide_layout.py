@@ -564,12 +564,49 @@ def test_a_figure_moved_to_its_own_slide_is_headed_by_its_title_drawn_once(tmp_p
     assert (note in drawn) if note else not drawn, "a note under the title becomes the figure's title"
 
 
-def test_a_slide_that_opens_on_code_is_headed_by_its_section(tmp_path):
+def test_a_slide_that_opens_on_code_is_headed_by_its_section_and_says_it_continues_it(tmp_path):
+    """Two slides in a row under one heading read as a slip when paging: the second says it continues the first."""
     deck = export(tmp_path, [cell("md", "## The section", "slide"), cell("md", "Some words."),
                              cell("code", "first_part()", "subslide"), cell("code", "second_part()", "-")])
     [code_slide] = [slide for slide in deck.slides if "first_part" in slide["text"]]
-    assert code_slide["text"].strip().startswith("The section"), code_slide["text"][:80]
-    assert "(continued)" not in code_slide["text"] and "second_part" in code_slide["text"]
+    assert code_slide["text"].strip().startswith("The section (continued)"), code_slide["text"][:80]
+    assert "second_part" in code_slide["text"]
+
+
+def test_a_slide_of_outputs_is_headed_by_the_latest_heading_not_the_section_s(tmp_path):
+    deck = export(tmp_path, [cell("md", "## The section", "slide"), cell("md", "Some words."),
+                             cell("md", "### The next part", "subslide"), cell("md", "More words."),
+                             cell("code", "first_part()", "subslide")])
+    [code_slide] = [slide for slide in deck.slides if "first_part" in slide["text"]]
+    assert code_slide["text"].strip().startswith("The next part"), code_slide["text"][:80]
+    assert "(continued)" in code_slide["text"] and "The section" not in code_slide["text"]
+
+
+def test_a_lesson_that_does_not_fit_under_its_table_continues_the_slide_and_is_no_result(tmp_path):
+    """A folded "What this teaches" answers no prediction: moved to a slide of its own it continues its slide
+    (it was headed "… — the result" under a section with no prediction at all)."""
+    rows = "".join(f"ROW-{i} " + "x " * 10 + "\n" for i in range(16))
+    lesson = "<details><summary>What this teaches</summary>\n\n" + "THE-LESSON " * 40 + "\n\n</details>"
+    deck = export(tmp_path, [cell("md", "## The rows", "slide"), cell("code", "print(ROWS)", "-", [stream(rows)]),
+                             cell("md", lesson, "fragment")])
+    [told] = [slide for slide in deck.slides if "THE-LESSON" in slide["text"]]
+    assert "ROW-0" not in told["text"], "the lesson is on a slide of its own"
+    heading = told["text"].strip().splitlines()[0]
+    assert heading.startswith("The rows") and "continued" in heading and "result" not in heading
+
+
+def test_a_prediction_can_name_the_heading_its_result_is_shown_under(tmp_path):
+    """The section's heading may name another topic than the question ("The library is the lesson — the result"
+    over a question on zero weights): a prediction's metadata names its result's heading."""
+    question = "**Predict.** " + " ".join(["Which way will the number go?"] * 7) + "\n\n* (a) up\n* (b) down"
+    lesson = "<details><summary>What this teaches</summary>\n\n" + "THE-LESSON " * 40 + "\n\n</details>"
+    asked = cell("md", question, "slide", tags=["prediction"])
+    asked.metadata["adapterlab"] = {"result_heading": "Both at zero"}
+    deck = export(tmp_path, [cell("md", "## Another topic", "slide"), asked,
+                             cell("code", 'my_prediction = ""', "skip", tags=["prediction"]), cell("md", lesson)])
+    [told] = [slide for slide in deck.slides if "THE-LESSON" in slide["text"]]
+    heading = told["text"].strip().splitlines()[0]
+    assert heading.startswith("Both at zero") and "the result" in heading and "Another topic" not in heading
 
 
 def test_notes_that_fall_past_their_output_move_onto_it_and_a_split_off_slide_is_marked(tmp_path):

@@ -118,6 +118,9 @@ LEGIBLE = """([minText, minCode, minFigure, minColumn, maxWords, otherSlides]) =
         const least = cell.closest('.jp-RenderedMarkdown') ? minText : minCode;
         if (onScreen(cell) < least * factor - 0.25) { problems.push(`table cell ${short(cell)} is ${onScreen(cell).toFixed(1)} px, below ${(least * factor).toFixed(1)}`); break; }
     }
+    // a verdict table's footer (what its words mean) at a figure's smallest size at least
+    for (const footer of all('p.verdict-footer').map(p => p.querySelector('small') || p))
+        if (onScreen(footer) < minFigure * factor - 0.25) { problems.push(`table footer ${short(footer)} is ${onScreen(footer).toFixed(1)} px, below ${(minFigure * factor).toFixed(1)}`); break; }
     // prose: markdown and the title slide
     const prose = all('.jp-RenderedMarkdown p, .jp-RenderedMarkdown li, .deck-title p, .deck-title li')
         .filter(el => !el.closest('table, pre') && text(el));
@@ -555,6 +558,7 @@ OLD_LOOK = """
                                                       font-size: 15px !important; }
 .reveal .jp-RenderedMarkdown p { font-size: 17px !important; }
 .reveal .jp-Cell { max-width: 800px !important; }
+.reveal p.verdict-footer { font-size: 14px !important; }
 """
 
 
@@ -568,7 +572,10 @@ def problem_deck(tmp_path_factory):
     nb = nbformat.v4.new_notebook()
     words = " ".join(f"Then word{i} and word{i + 1} follow." for i in range(0, 90, 5))
     code = nbformat.v4.new_code_cell("value = " + repr("x" * 80))  # no place to break it: it stays 88 characters
-    code.outputs = [nbformat.v4.new_output("stream", name="stdout", text="errors: " + ",".join(["8.6e-05"] * 11) + "\n")]
+    code.outputs = [nbformat.v4.new_output("stream", name="stdout", text="errors: " + ",".join(["8.6e-05"] * 11) + "\n"),
+                    nbformat.v4.new_output("display_data", data={"text/html": (
+                        '<table class="deck-table verdict-table"><tr><td>a vs b</td></tr></table>'
+                        '<p class="verdict-footer"><small>level: the interval inside ±1.0</small></p>')})]
     figure = {"data": [{"type": "scatter", "x": [1, 2], "y": [1, 2], "name": "Houlsby r=64"},
                        {"type": "scatter", "x": [1, 2], "y": [2, 1], "name": "LoRA r=8"}],
               "layout": {"title": {"text": "Two methods"}, "xaxis": {"title": {"text": "step"}},
@@ -619,5 +626,5 @@ def test_the_legibility_measure_reports_each_problem(page, problem_deck):
     for expected in ("text-transform uppercase", "(it wraps)", "block \"value", "px, below 18.0", "px, below 24.0",
                      "content column is", "the number \"8.6e-05\" is split", "words of prose (at most",
                      "and has no speaker notes", "shows nothing but a heading", "overlaps \"AN AXIS NOTE",
-                     "the legend of a figure is cut"):
+                     "the legend of a figure is cut", "table footer \"level"):
         assert expected in found, f"not reported: {expected!r} in\n{found}"

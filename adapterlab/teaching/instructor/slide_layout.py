@@ -52,6 +52,8 @@ FIGURE_MAX_PX = 560  # the most a figure may ask for (a legend in rows, a note u
 FIGURE_FIT_PX = 360  # a figure counts this high at most: the deck gives it less height where the slide needs it
 TEXT_LINE_PX, TEXT_CHARS = 36, 92  # markdown at 26 px
 TABLE_ROW_PX = 28  # a row of a table output whose cells never wrap, at 21 px (measured in Chromium: 27 px)
+FOOTER_LINE_PX, FOOTER_CHARS = 24, 90  # a verdict table's footer at 18 px, on 86 % of the slide's width (wraps early)
+FOOTER_MARGIN_PX = 18  # the paragraph's margin above the footer
 CODE_LINE_PX, CODE_CHARS = 28, 96  # code and text outputs at 21 px (DejaVu Sans Mono: 12.6 px a character)
 FIGURE_FONT_PX = 18  # the smallest text in a figure (axis titles, ticks, legend)
 HEADING_PX = 60
@@ -108,6 +110,9 @@ def _png_height(data: str, width_px: int = 860) -> int:
     return round(height * min(1.0, width_px / max(width, 1)))
 
 
+_FOOTER = re.compile(r'<p class="verdict-footer">(.*?)</p>', re.DOTALL)
+
+
 def output_height(output) -> int:
     """Estimated height of one output on a slide, in reveal.js pixels."""
     if output.get("output_type") == "stream":
@@ -119,7 +124,9 @@ def output_height(output) -> int:
         return _png_height(data["image/png"]) + 8
     if "text/html" in data:
         html = "".join(data["text/html"])
-        return max(1, html.count("<tr")) * _row_px(html) + (html.count("<caption") + html.count("verdict-footer")) * TEXT_LINE_PX + 8
+        footers = [re.sub(r"<[^>]+>", "", text) for text in _FOOTER.findall(html)]
+        return (max(1, html.count("<tr")) * _row_px(html) + html.count("<caption") * TEXT_LINE_PX
+                + sum(math.ceil(len(text) / FOOTER_CHARS) * FOOTER_LINE_PX + FOOTER_MARGIN_PX for text in footers) + 8)
     if "text/markdown" in data:
         return _wrapped_lines("".join(data["text/markdown"]), TEXT_CHARS) * TEXT_LINE_PX
     if "text/plain" in data:
@@ -272,7 +279,7 @@ def unfolded(cell) -> list:
     summary = " ".join(re.sub(r"<[^>]+>", "", match.group(1)).split())
     before = cell.source[: match.start()].strip()
     body = _markdown_cell(f"**{summary.rstrip('.')}.** {match.group(2).strip()}", "fragment")
-    body.metadata["deck_keep_with_previous"] = True
+    body.metadata["deck_keep_with_previous"] = LESSON  # a prediction's reveal is kept with it too, as True
     rest = cell.source[match.end():].strip()
     after = unfolded(_markdown_cell(rest, "-")) if rest else []
     if not before:  # the block alone: it takes the cell's place (and its slide start, if any)
@@ -287,18 +294,23 @@ def unfolded(cell) -> list:
 
 def _predictions_as_slides(cells):
     """A prediction prompt starts a slide; its code cell is left out; the next shown cell, unless it starts
-    a slide of its own, is its reveal (a fragment)."""
-    revealing = False
+    a slide of its own, is its reveal (a fragment), and a folded lesson later on that slide is part of the
+    answer too (moved to a slide of its own, it shows the result)."""
+    revealing = answering = False
     for cell in cells:
         if cell.metadata.get("deck_removed"):
             continue
         if PREDICTION_TAG in tags(cell):
             if cell.cell_type == "markdown":
                 set_slide_type(cell, "slide")
-                revealing = True
+                revealing = answering = True
             else:
                 _removed(cell)
             continue
+        if slide_type(cell) in ("slide", "subslide"):
+            answering = False
+        elif answering and cell.metadata.get("deck_keep_with_previous") == LESSON:
+            cell.metadata["deck_keep_with_previous"] = True
         if revealing and slide_type(cell) not in ("skip", "notes"):
             if slide_type(cell) != "slide":  # a new section is not the answer: the prediction stands alone
                 set_slide_type(cell, "fragment")
@@ -357,7 +369,7 @@ def _fit_to_slides(cells):
                 height = cell_height(piece)
             if keep and used + height > SLIDE_BUDGET_PX:
                 set_slide_type(piece, "subslide")  # a reveal that does not fit under what it answers
-                piece.metadata["deck_continued"] = RESULT
+                piece.metadata["deck_continued"] = _spilled(keep)
                 piece.metadata.pop("deck_keep_with_previous")
                 used = LABEL_PX
             elif used and used + height > SLIDE_BUDGET_PX and slide_type(piece) in ("-", "fragment") and not keep:
@@ -557,7 +569,7 @@ def _within_words(cells):
         keep = cell.metadata.get("deck_keep_with_previous")
         if keep and started and kind not in ("slide", "subslide") and used + words > PROSE_WORDS:
             set_slide_type(cell, "subslide")  # a reveal that does not fit: the next key press shows it alone
-            cell.metadata["deck_continued"] = RESULT
+            cell.metadata["deck_continued"] = _spilled(keep)
             cell.metadata.pop("deck_keep_with_previous")
             used = 0
         elif full and kind not in ("slide", "subslide") and not keep:
@@ -583,6 +595,15 @@ def _within_words(cells):
 
 _HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
 RESULT = "result"  # marks the slide that shows a prediction's result under its own label
+LESSON = "lesson"  # a folded lesson ("What this teaches") kept with the slide it closes
+#: Set on a prediction cell: the heading its result slides carry, where the section's heading names another topic.
+RESULT_HEADING_KEY = "result_heading"
+
+
+def _spilled(keep) -> str | bool:
+    """How a cell kept with the one before it, moved to a slide of its own, is labelled: a prediction's reveal
+    shows the result; a folded lesson continues its slide (it answers no prediction)."""
+    return RESULT if keep is True else True
 #: The class of an empty mark in the heading of a slide the layout split off one that had no room left.
 CONTINUED_CLASS = "deck-continued"
 ORIGIN_KEY = "deck_origin"  # on a piece of a cell cut over slides: the id of the cell it was cut from
@@ -604,11 +625,14 @@ def _label_continuations(cells):
         if cell.cell_type == "markdown" and slide_type(cell) != "notes":
             found = _HEADING.findall(cell.source)
             heading = found[-1] if found else heading
+            heading = cell.metadata.get("adapterlab", {}).get(RESULT_HEADING_KEY, heading)
     _notes_beside_their_result(groups)
-    shown = []
+    shown, before = [], None  # before: the title of the slide before, as shown
     for group in groups:
         body = group["cells"]
         says = [c for c in body if c.cell_type == "markdown" and slide_type(c) != "notes" and c.source.strip()]
+        own = _HEADING.match(says[0].source.strip()) if says else None
+        title_shown = own.group(1).rstrip(".:") if own else None
         results = any(c.cell_type == "code" and (c.get("outputs") or not c.metadata.get("transient", {}).get("remove_source"))
                       for c in body if slide_type(c) != "notes")  # outputs or code: a slide never opens on either bare
         if group["heading"] and ((group["continued"] and not any(_HEADING.search(c.source) for c in says))
@@ -617,9 +641,13 @@ def _label_continuations(cells):
             continued = {RESULT: " — the result", True: " (continued)"}.get(group["continued"], "")
             title = _figure_title_as_heading(body) if group["continued"] is not RESULT and not says else None
             marker = f'<span class="{CONTINUED_CLASS}"></span>' if group["continued"] is True else ""
-            label = _markdown_cell(f"### {marker}{title or group['heading'].rstrip('.:') + continued}", starts)
+            title_shown = title or group["heading"].rstrip(".:") + continued
+            if title_shown == before and group["continued"] is not True:
+                title_shown += " (continued)"  # the notebook's own next slide: two alike in a row say so
+            label = _markdown_cell(f"### {marker}{title_shown}", starts)
             set_slide_type(body[0], "-")
             body = [label] + body
+        before = title_shown
         shown += body
     for number, cell in enumerate(shown):  # copies share their cell ids; a deck needs them unique
         if "id" in cell and any(cell["id"] == other.get("id") for other in shown[:number]):
