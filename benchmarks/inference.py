@@ -38,7 +38,7 @@ THREADS = 2
 CONTROL = "backbone, A/A"
 #: batch size -> (rounds, distinct inputs)
 PLAN = {1: (300, 100), 32: (120, 20)}
-TARGETS = {("houlsby", 1): 8.0, ("houlsby", 32): 5.0}
+TARGETS = {("houlsby", 1): 4.0, ("houlsby", 32): 3.5}  # the speed issue's targets for Houlsby r = 64
 
 
 def dev_inputs(tokenized, batch_size: int, count: int, seed: int) -> list[dict]:
