@@ -25,6 +25,7 @@ import statistics
 import sys
 import time
 from contextlib import contextmanager
+from dataclasses import replace
 
 import common
 import torch
@@ -123,13 +124,10 @@ def part_rows(prof, per: int) -> list[dict]:
     whole = events[WHOLE]
     rows, covered = [], 0.0
     backward = [e for key, e in events.items() if key.startswith("autograd::engine::evaluate_function")]
-    for label, event in sorted(events.items(), key=lambda item: -item[1].cpu_time_total):
-        if event.device_type != torch.autograd.DeviceType.CPU or label == WHOLE:
+    for label, event in events.items():
+        if label not in PARTS or event.device_type != torch.autograd.DeviceType.CPU:
             continue
-        if label not in PARTS:
-            continue
-        part = TORCH_MARKS.get(label, label)
-        rows.append({"part": part, "calls": event.count / per, "ms": event.cpu_time_total / 1e3 / per,
+        rows.append({"part": TORCH_MARKS.get(label, label), "calls": event.count / per, "ms": event.cpu_time_total / 1e3 / per,
                      "outside_ops": event.self_cpu_time_total / max(event.cpu_time_total, 1e-9)})
         covered += event.cpu_time_total
     if backward:
@@ -152,13 +150,13 @@ def training_profile(data_dir, backbone: str, steps: int, precision: str) -> tup
     apply_method(model, "houlsby", bottleneck=BOTTLENECK, train_pooler=True)
     train_rows = tokenize(take_subset(load_split("sst2", "train", data_dir), 32 * (steps + 4), seed=0), tokenizer)
     dev_rows = tokenize(take_subset(load_split("sst2", "dev", data_dir), EVAL_ROWS, seed=0), tokenizer)
-    config = {"method": "houlsby", "bottleneck": BOTTLENECK, "batch_size": 32, "precision": precision, "progress": False,
-                  "train_pooler": True}
-    train(model, train_rows, None, TrainConfig(max_steps=3, **config))  # warm-up, untimed
+    config = TrainConfig(method="houlsby", bottleneck=BOTTLENECK, batch_size=32, precision=precision, progress=False,
+                         train_pooler=True, max_steps=steps)
+    train(model, train_rows, None, replace(config, max_steps=3))  # warm-up, untimed
     with marked(model), loop_marked(), profile(activities=[ProfilerActivity.CPU]) as prof, record_function(WHOLE):
-        train(model, train_rows, None, TrainConfig(max_steps=steps, **config))
+        train(model, train_rows, None, config)
     model.eval()
-    batches = eval_batches(dev_rows, TrainConfig(**config).eval_batch_size)
+    batches = eval_batches(dev_rows, config.eval_batch_size)
     seconds = []
     for _ in range(3):
         began = time.perf_counter()
@@ -168,7 +166,7 @@ def training_profile(data_dir, backbone: str, steps: int, precision: str) -> tup
     return part_rows(prof, steps), evaluation, info.describe()
 
 
-def inference_profile(data_dir, backbone: str, repeats: int) -> dict:
+def inference_profile(data_dir, backbone: str, repeats: int) -> tuple[dict, str]:
     bare, tokenizer, info = load_backbone(backbone, num_labels=2, seed=0)
     adapted, _, _ = load_backbone(backbone, num_labels=2, seed=0)
     apply_method(adapted, "houlsby", bottleneck=BOTTLENECK)

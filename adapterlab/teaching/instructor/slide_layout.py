@@ -598,16 +598,16 @@ RESULT = "result"  # marks the slide that shows a prediction's result under its 
 LESSON = "lesson"  # a folded lesson ("What this teaches") kept with the slide it closes
 #: Set on a prediction cell: the heading its result slides carry, where the section's heading names another topic.
 RESULT_HEADING_KEY = "result_heading"
+#: The class of an empty mark in the heading of a slide the layout split off one that had no room left.
+CONTINUED_CLASS = "deck-continued"
+ORIGIN_KEY = "deck_origin"  # on a piece of a cell cut over slides: the id of the cell it was cut from
+OVERFLOW_KEY = "deck_overflow"  # marks the notes that hold a markdown cell's own words the slide had no room for
 
 
 def _spilled(keep) -> str | bool:
     """How a cell kept with the one before it, moved to a slide of its own, is labelled: a prediction's reveal
     shows the result; a folded lesson continues its slide (it answers no prediction)."""
     return RESULT if keep is True else True
-#: The class of an empty mark in the heading of a slide the layout split off one that had no room left.
-CONTINUED_CLASS = "deck-continued"
-ORIGIN_KEY = "deck_origin"  # on a piece of a cell cut over slides: the id of the cell it was cut from
-OVERFLOW_KEY = "deck_overflow"  # marks the notes that hold a markdown cell's own words the slide had no room for
 
 
 def _label_continuations(cells):
