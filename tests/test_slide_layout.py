@@ -728,3 +728,84 @@ def test_a_summary_item_runs_past_its_bold_lead_in():
 
     item = "* **The map.** Adapters leave the backbone alone. Merged LoRA writes into it."
     assert _first_sentence_of_item(item) == "* **The map.** Adapters leave the backbone alone."
+
+
+def test_the_stand_in_notice_on_the_slide_says_what_it_means_and_the_notes_keep_it_whole(tmp_path):
+    """A lecture hall needs "whose numbers these are", not the hub's settings ("HF_HUB_OFFLINE is set" on slide 2
+    of three decks): where the backbone line names the model the stand-in replaced, the slide says so in words."""
+    notice = ("NOTICE: bert-base-uncased is not in the local Hugging Face cache and HF_HUB_OFFLINE is set, so the "
+              "offline stand-in all-MiniLM-L6-v2 (6 layers, d=384) was loaded instead. Connect once to use it.")
+    line = "Backbone: all-MiniLM-L6-v2 (offline stand-in for bert-base-uncased: 6 layers, d=384)\n"
+    deck = export(tmp_path, [cell("code", "load()", "slide", [stream(notice + "\n", "stderr"), stream(line)])])
+    source = deck.slides[1]
+    shown = " ".join(source["text"].split())
+    assert "HF_HUB_OFFLINE" not in shown and "bert-base-uncased was not available" in shown and "stand-in's" in shown
+    assert " ".join(notice.split()) in " ".join(source["notes"].split())
+
+
+def test_a_reveal_whose_code_fills_a_slide_shows_its_result_on_the_slide_of_its_outputs(tmp_path):
+    """A reveal too tall for its question's slide goes on slides of its own; where its outputs go on past its
+    code, the code's slide continues the question and the outputs' slide is the result (it was the code's)."""
+    question = "**Predict.** Which way will the number go?\n\n* (a) up\n* (b) down"
+    code = "\n".join(f"step_{i} = {i}" for i in range(19))
+    rows = "".join(f"ROW-{i} " + "x " * 10 + "\n" for i in range(18))
+    deck = export(tmp_path, [cell("md", "## The sizes", "slide"), cell("md", question, "slide", tags=["prediction"]),
+                             cell("code", 'my_prediction = ""', "skip", tags=["prediction"]),
+                             cell("code", code, "fragment", [stream(rows)]), cell("md", "The reveal: up.", "notes")])
+    [coded] = [slide for slide in deck.slides if "step_18" in slide["text"]]
+    [told] = [slide for slide in deck.slides if "ROW-0" in slide["text"]]
+    assert coded is not told
+    assert coded["text"].strip().startswith("The sizes (continued)") and "result" not in coded["text"]
+    assert told["text"].strip().startswith("The sizes — the result") and "The reveal" in told["notes"]
+
+
+def test_a_prediction_can_name_a_later_heading_of_its_section_as_its_result(tmp_path):
+    """Means first, verdicts a slide later: the question names the verdicts' heading; the means continue the
+    question's slide, and the verdicts' own heading says it shows the result."""
+    question = "**Predict.** What will the rule say?\n\n* (a) ahead\n* (b) undecided"
+    asked = cell("md", question, "slide", tags=["prediction"])
+    asked.metadata["adapterlab"] = {"result_heading": "The verdicts"}
+    deck = export(tmp_path, [cell("md", "## The means", "slide"), asked,
+                             cell("code", 'my_prediction = ""', "skip", tags=["prediction"]),
+                             cell("code", "print(MEANS)", "fragment", [stream("MEANS-TABLE\n")]),
+                             cell("md", "### The verdicts", "subslide"),
+                             cell("code", "print(VERDICTS)", "fragment", [stream("VERDICT-TABLE\n")])])
+    [asked_slide] = [slide for slide in deck.slides if "What will the rule say" in slide["text"]]
+    [means] = [slide for slide in deck.slides if "MEANS-TABLE" in slide["text"]]
+    [verdicts] = [slide for slide in deck.slides if "VERDICT-TABLE" in slide["text"]]
+    assert "MEANS-TABLE" not in asked_slide["text"] and means is not verdicts
+    assert means["text"].strip().startswith("The means (continued)") and "result" not in means["text"]
+    assert verdicts["text"].strip().startswith("The verdicts — the result")
+
+
+def test_a_short_list_that_does_not_fit_beside_its_paragraph_moves_whole(tmp_path):
+    """Two or three items are read as one: cut between slides, a list of two showed one item per slide."""
+    paragraph = " ".join(["The module goes into every layer of a pretrained network."] * 4) + " It must:"
+    items = "* **ITEM-ONE.** It changes h by less than five percent.\n* **ITEM-TWO.** A step can change more."
+    deck = export(tmp_path, [cell("md", f"## Exercise\n\n{paragraph}\n\n{items}", "slide")])
+    holding = [slide for slide in deck.slides if "ITEM-ONE" in slide["text"] or "ITEM-TWO" in slide["text"]]
+    assert len(holding) == 1 and "ITEM-TWO" in holding[0]["text"], [slide["text"][:60] for slide in holding]
+
+
+def test_a_run_summary_that_repeats_what_the_run_printed_first_shows_those_lines_once(tmp_path):
+    started = "Precision: fp32\ntrain: SST-2 train: 40 rows [a 20 / b 20] from the GLUE folder (SST-2/train.tsv)\n"
+    summary = started + "best at step 300: accuracy 0.84\n"
+    deck = export(tmp_path, [cell("md", "## A run", "slide"),
+                             cell("code", "run()\nprint(run.summary())", "-", [stream(started), stream(summary)])])
+    assert deck.text.count("Precision: fp32") == 1 and deck.text.count("best at step 300") == 1
+
+
+def test_a_question_with_its_choices_keeps_the_sentence_before_it_up_to_the_prediction_budget(tmp_path):
+    """Four short choices read at a glance: a question a few words over a prose slide's budget keeps the sentence
+    that says what it asks about (lab 7's "In 300 steps r = 2 stayed at MCC 0" went to the notes)."""
+    from adapterlab.slide_layout import PREDICTION_WORDS, PROSE_WORDS, prose_words
+
+    context = "CONTEXT-SENTENCE in three hundred steps the small adapter stayed at zero in every seed."
+    question = "Tuned and trained three epochs, where does it end, by the course's rule?"
+    choices = "\n\n" + "\n".join(f"* ({letter}) ahead of it and level with it" for letter in "abcd")
+    source = f"**Predict.** {context} {question}{choices}"
+    assert PROSE_WORDS < prose_words(source) <= PREDICTION_WORDS
+    deck = export(tmp_path, [cell("md", "## Later", "slide"), cell("md", source, "slide", tags=["prediction"]),
+                             cell("code", 'my_prediction = ""', "skip", tags=["prediction"])])
+    [asked] = [slide for slide in deck.slides if "course's rule" in slide["text"]]
+    assert "CONTEXT-SENTENCE" in asked["text"] and "CONTEXT-SENTENCE" not in asked["notes"]

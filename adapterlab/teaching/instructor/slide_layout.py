@@ -11,7 +11,7 @@ groups it into slides:
 - a folded ``<details>`` block shows its summary, then its body as a fragment (the next key press);
 - stderr outputs (the stand-in NOTICE) and the printed stand-in backbone line are left out, and so is
   a line of code that only prints that line (it would print nothing on the slide): the title slides
-  carry the notice once;
+  carry the notice once; lines a cell printed once are not shown again where its summary repeats them;
 - absolute paths in outputs become short relative ones (a deck must not show a machine's folders);
 - plotly figures get a height that fits a slide;
 - a prediction (markdown and code cells tagged ``prediction``) becomes a slide of its own, its code
@@ -58,7 +58,9 @@ CODE_LINE_PX, CODE_CHARS = 28, 96  # code and text outputs at 21 px (DejaVu Sans
 FIGURE_FONT_PX = 18  # the smallest text in a figure (axis titles, ticks, legend)
 HEADING_PX = 60
 PROSE_WORDS = 55  # words of prose a slide shows (the browser tests allow about 60); the rest goes to its notes
+PREDICTION_WORDS = 60  # a question's four short choices are read at a glance: the sentence before it keeps its place
 MIN_ROOM_WORDS = 20  # a markdown cell joining a slide with less room than this starts a slide of its own
+SHORT_LIST_ITEMS = 3  # a list this short is never cut between two slides where a slide can show it whole
 MIN_ITEM_WORDS = 6  # the room a paragraph leaves for each item of a list after it
 MIN_SENTENCE_WORDS = 8  # less room than this on a slide, and a paragraph moves whole to the notes
 CELL_GAP_PX = 16
@@ -219,7 +221,7 @@ def _clean_code_cell(cell) -> None:
     cell.source = "\n".join(line for line in cell.source.splitlines() if not _MARKER_LINE.match(line)).strip("\n")
     if HIDE_INPUT_TAG in tags(cell):
         cell.metadata.setdefault("transient", {})["remove_source"] = True
-    kept = []
+    kept, printed = [], []
     for output in cell.get("outputs", []):
         if output.get("name") == "stderr" or WIDGET_VIEW_MIME in output.get("data", {}):
             continue  # the notice is on the title slides; a widget needs a kernel (the deck drops it)
@@ -227,6 +229,11 @@ def _clean_code_cell(cell) -> None:
             if _STANDIN_LINE.search(output["text"]):
                 cell.source = "\n".join(line for line in cell.source.splitlines() if not _BACKBONE_PRINT.match(line))
             output["text"] = relative_paths(_STANDIN_LINE.sub("", output["text"]))
+            for text in printed:  # a run's summary repeats the lines it printed when it started: shown once
+                if text.strip() and output["text"].startswith(text):
+                    output["text"] = output["text"][len(text):]
+            if output.get("output_type") == "stream":
+                printed.append(output["text"])
             if not output["text"].strip():
                 continue
         data = output.get("data", {})
@@ -292,18 +299,44 @@ def unfolded(cell) -> list:
     return [shown, body] + after
 
 
+def _later_result(cells, at: int):
+    """The markdown cell after the prediction at `cells[at]`, within its section, whose heading the
+    prediction names as its result's (`RESULT_HEADING_KEY`): a table of verdicts a slide or two after the
+    means it reads. None where the heading is not one of the notebook's own (it then heads the reveal)."""
+    wanted = cells[at].metadata.get("adapterlab", {}).get(RESULT_HEADING_KEY)
+    for cell in cells[at + 1:]:
+        if cell.cell_type != "markdown" or slide_type(cell) == "notes" or cell.metadata.get("deck_removed"):
+            continue
+        if PREDICTION_TAG in tags(cell) or (slide_type(cell) == "slide" and _HEADING.search(cell.source)):
+            return None
+        if wanted and any(found.rstrip(".:") == wanted for found in _HEADING.findall(cell.source)):
+            return cell
+    return None
+
+
 def _predictions_as_slides(cells):
     """A prediction prompt starts a slide; its code cell is left out; the next shown cell, unless it starts
     a slide of its own, is its reveal (a fragment), and a folded lesson later on that slide is part of the
-    answer too (moved to a slide of its own, it shows the result)."""
+    answer too (moved to a slide of its own, it shows the result). A prediction that names a later heading
+    of its section as its result's has no reveal under it: the cells up to that heading continue its slide,
+    and that heading says it shows the result."""
     revealing = answering = False
-    for cell in cells:
+    for at, cell in enumerate(cells):
         if cell.metadata.get("deck_removed"):
             continue
         if PREDICTION_TAG in tags(cell):
             if cell.cell_type == "markdown":
                 set_slide_type(cell, "slide")
-                revealing = answering = True
+                later = _later_result(cells, at)
+                revealing = answering = later is None
+                if later is not None:
+                    cell.metadata["adapterlab"].pop(RESULT_HEADING_KEY)
+                    later.source = _HEADING.sub(lambda found: found.group(0).rstrip() + RESULT_SUFFIX, later.source, count=1)
+                    after = next((c for c in cells[at + 1:] if slide_type(c) not in ("skip", "notes")
+                                  and not c.metadata.get("deck_removed") and PREDICTION_TAG not in tags(c)), None)
+                    if after is not None and slide_type(after) not in ("slide", "subslide"):
+                        set_slide_type(after, "subslide")  # the means it reads come after the question
+                        after.metadata["deck_continued"] = True
             else:
                 _removed(cell)
             continue
@@ -372,13 +405,17 @@ def _fit_to_slides(cells):
                 piece.metadata["deck_continued"] = _spilled(keep)
                 piece.metadata.pop("deck_keep_with_previous")
                 used = LABEL_PX
+                if keep is True and shows_code and pieces and _origin(pieces[0]) == _origin(piece):
+                    # its code on this slide, its outputs after: the slide of outputs shows the result
+                    piece.metadata["deck_continued"] = True
+                    keep = "code"
             elif used and used + height > SLIDE_BUDGET_PX and slide_type(piece) in ("-", "fragment") and not keep:
                 set_slide_type(piece, "subslide")
                 piece.metadata["deck_continued"] = True
                 used = LABEL_PX  # the heading `_label_continuations` repeats above it
             elif piece.metadata.get("deck_continued") and slide_type(piece) == "subslide":
                 used = LABEL_PX
-            if keep and slide_type(piece) not in ("slide", "subslide"):
+            if keep == "code" or (keep and slide_type(piece) not in ("slide", "subslide")):
                 revealed = _origin(piece)
             used += height
             fitted.append(piece)
@@ -525,10 +562,12 @@ def _split_prose(markdown: str, room: int, prediction: bool) -> tuple[str, str, 
         elif i in items_of and not moved:
             items = items_of[i]
             firsts = [_first_sentence_of_item(item) for item in items]
-            fit = 0
+            fit, before = 0, used
             while fit < len(items) and (used + prose_words(firsts[fit]) <= room or not (fit or used)):
                 used += prose_words(firsts[fit])
                 fit += 1
+            if before and fit < len(items) <= SHORT_LIST_ITEMS and sum(map(prose_words, firsts)) <= PROSE_WORDS:
+                fit, used = 0, before  # a short list is read as one: it moves whole to the next slide
             if fit:
                 shown.append("\n".join(firsts[:fit]))
                 if firsts[:fit] != items[:fit]:
@@ -578,9 +617,11 @@ def _within_words(cells):
             used = 0
         started = True
         shown.append(cell)
-        if used + words > PROSE_WORDS:
-            room = max(PROSE_WORDS - used, MIN_SENTENCE_WORDS)
-            cell.source, moved, carried = _split_prose(cell.source, room, PREDICTION_TAG in tags(cell))
+        asks = PREDICTION_TAG in tags(cell)
+        budget = PREDICTION_WORDS if asks else PROSE_WORDS
+        if used + words > budget:
+            room = max(budget - used, MIN_SENTENCE_WORDS)
+            cell.source, moved, carried = _split_prose(cell.source, room, asks)
             if moved:
                 shown.append(_markdown_cell(moved, "notes"))
                 shown[-1].metadata[OVERFLOW_KEY] = True  # the cell's own words, not notes about a result
@@ -598,6 +639,7 @@ RESULT = "result"  # marks the slide that shows a prediction's result under its 
 LESSON = "lesson"  # a folded lesson ("What this teaches") kept with the slide it closes
 #: Set on a prediction cell: the heading its result slides carry, where the section's heading names another topic.
 RESULT_HEADING_KEY = "result_heading"
+RESULT_SUFFIX = " — the result"
 #: The class of an empty mark in the heading of a slide the layout split off one that had no room left.
 CONTINUED_CLASS = "deck-continued"
 ORIGIN_KEY = "deck_origin"  # on a piece of a cell cut over slides: the id of the cell it was cut from
@@ -638,7 +680,7 @@ def _label_continuations(cells):
         if group["heading"] and ((group["continued"] and not any(_HEADING.search(c.source) for c in says))
                                  or (results and not says)):
             starts = slide_type(body[0]) if slide_type(body[0]) in ("slide", "subslide") else "subslide"
-            continued = {RESULT: " — the result", True: " (continued)"}.get(group["continued"], "")
+            continued = {RESULT: RESULT_SUFFIX, True: " (continued)"}.get(group["continued"], "")
             title = _figure_title_as_heading(body) if group["continued"] is not RESULT and not says else None
             marker = f'<span class="{CONTINUED_CLASS}"></span>' if group["continued"] is True else ""
             title_shown = title or group["heading"].rstrip(".:") + continued
@@ -668,7 +710,8 @@ def _notes_beside_their_result(groups) -> None:
     """Where the layout cut one slide of the notebook in parts so that an output sits on one part without
     notes and the notes fall on a later part that shows no output (the explanation under a result), the
     notes move onto the output's part: they point at what it shows. So do the notes of an output cut over
-    parts: they go on its first. (The words a cell moved to the notes for want of room stay with it.)"""
+    parts: they go on its first, unless a later part shows a prediction's result. (The words a cell moved to
+    the notes for want of room stay with it.)"""
     for at, group in enumerate(groups):
         if not _shows_output(group["cells"]) or any(slide_type(cell) == "notes" for cell in group["cells"]):
             continue
@@ -677,6 +720,8 @@ def _notes_beside_their_result(groups) -> None:
             rest_of_it = any(_origin(cell) in shown for cell in later["cells"] if cell.cell_type == "code")
             if not later["continued"] or (_shows_output(later["cells"]) and not rest_of_it):
                 break
+            if later["continued"] == RESULT and rest_of_it:
+                break  # a reveal's outputs on a slide of their own: its notes stay with that result
             notes = [cell for cell in later["cells"] if slide_type(cell) == "notes" and not cell.metadata.get(OVERFLOW_KEY)]
             if notes:
                 later["cells"].remove(notes[0])
@@ -850,7 +895,9 @@ def _with_text(output, text: str):
 def deck_title(nb, title: str | None, notices: list[str]) -> dict:
     """What the title slides show: the lab's title and its objectives (notebook metadata
     ``adapterlab.objectives``); then one line on the backbone and data behind the numbers and the
-    stand-in notice, once (its first sentence on the slide, all of it in the notes)."""
+    stand-in notice, once (its first sentence on the slide, all of it in the notes; where the backbone line
+    names the model the stand-in replaced, the slide says in plain words that every number is the stand-in's,
+    rather than how the hub was configured)."""
     backbones, data, sources = [], [], []
     for cell in nb.cells:
         for output in cell.get("outputs", []) if cell.cell_type == "code" else []:
@@ -874,6 +921,10 @@ def deck_title(nb, title: str | None, notices: list[str]) -> dict:
     metadata = nb.metadata.get("adapterlab", {})
     objectives = [str(item) for item in metadata.get("objectives", [])] if isinstance(metadata, dict) else []
     shown = _sentences(notice)[0] if notice else ""  # the slide shows its first sentence, the notes all of it
+    wanted = re.search(r"\bstand-in for ([^\s:;,)]+)", " ".join(backbones))
+    if notice and wanted:  # the line above names the stand-in: the slide says what that means, not how it happened
+        shown = (f"{wanted.group(1)} was not available where this lab ran: every number in this deck is the "
+                 "stand-in's (the notes hold the lab's notice).")
     return {"title": title or nb.metadata.get("title", ""), "objectives": objectives, "provenance": provenance,
             "notice": notice, "notice_shown": shown}
 
