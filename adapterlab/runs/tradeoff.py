@@ -40,18 +40,24 @@ def _config(**settings) -> TrainConfig:
     return dataclasses.replace(REFERENCE_CONFIG, **settings)
 
 
+#: method → the name its family has in every trade-off figure's legend (the shared recipe's and the tuned one's)
+FAMILIES = {"houlsby": "Houlsby", "pfeiffer": "Pfeiffer", "parallel": "Parallel", "lora": "LoRA",
+            "top_k": "top-k layers", "layernorm": "LayerNorm only", "bitfit": "BitFit", "head": "head only",
+            "full": "full fine-tuning"}
+
+
 def tradeoff_families() -> dict[str, dict[str, TrainConfig]]:
     """family → {label: TrainConfig}: every point of the trade-off figure, with the reference settings (lab 10).
     The methods are the registry's (:mod:`adapterlab.methods`); these are the points the figure draws."""
     return {
-        "Houlsby": {f"Houlsby r={r}": _config(bottleneck=r) for r in HOULSBY_BOTTLENECKS},
-        "Pfeiffer": {"Pfeiffer r=64": _config(method="pfeiffer")},
-        "LoRA": {f"LoRA r={r}": _config(method="lora", lora_rank=r) for r in LORA_RANKS},
-        "top-k layers": {f"top-{k} layers": _config(method="top_k", top_k=k) for k in TOP_K_LAYERS},
-        "LayerNorm only": {"LayerNorm only": _config(method="layernorm")},
-        "BitFit": {"BitFit": _config(method="bitfit")},
-        "head only": {"head only": _config(method="head")},
-        "full fine-tuning": {"full fine-tuning": _config(method="full")},
+        FAMILIES["houlsby"]: {f"Houlsby r={r}": _config(bottleneck=r) for r in HOULSBY_BOTTLENECKS},
+        FAMILIES["pfeiffer"]: {"Pfeiffer r=64": _config(method="pfeiffer")},
+        FAMILIES["lora"]: {f"LoRA r={r}": _config(method="lora", lora_rank=r) for r in LORA_RANKS},
+        FAMILIES["top_k"]: {f"top-{k} layers": _config(method="top_k", top_k=k) for k in TOP_K_LAYERS},
+        FAMILIES["layernorm"]: {"LayerNorm only": _config(method="layernorm")},
+        FAMILIES["bitfit"]: {"BitFit": _config(method="bitfit")},
+        FAMILIES["head"]: {"head only": _config(method="head")},
+        FAMILIES["full"]: {"full fine-tuning": _config(method="full")},
     }
 
 
@@ -103,9 +109,10 @@ def tradeoff_points(task: str, model: nn.Module, families: dict[str, dict[str, T
 
 def tuned_points(rows: list[dict], model: nn.Module) -> list[Point]:
     """The trade-off figure's points from the fair comparison (:func:`adapterlab.runs.tuning.tuned_rows`): each
-    method at its own selected rate, one family per method of the registry, the trained parameters as the
-    stored runs counted them (counted on ``model`` for a point not stored yet)."""
-    return [Point(methods.get(row["method"]).label,
+    method at its own selected rate, one family per method, named as in the shared recipe's figure (a method
+    of the registry that figure lacks by its registry label), the trained parameters as the stored runs counted
+    them (counted on ``model`` for a point not stored yet)."""
+    return [Point(FAMILIES.get(row["method"]) or methods.get(row["method"]).label,
                   row["trained_parameters"] or trained_parameters(model, row["seed_row"].config), row["seed_row"])
             for row in rows]
 
