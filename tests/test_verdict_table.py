@@ -160,7 +160,7 @@ def test_a_table_of_nothing_stored_still_reads(verdicts):
 
 
 def test_a_row_never_shows_an_interval_end_on_the_margin_it_does_not_reach():
-    """"level: the interval inside ±1.0" under a row whose end shows +1.0 would read as touching the margin; an
+    """"level: the whole interval between -1.0 and +1.0" under a row whose end shows +1.0 would read as touching the margin; an
     end within a twentieth of it gets the decimals that show which side it is on."""
     generator = np.random.default_rng(11)
     near = []

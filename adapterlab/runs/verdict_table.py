@@ -87,7 +87,7 @@ class VerdictTable:
         rows = self.rows()
         words = [row[3] for row in rows]
         parts = ["difference: the first minus the second, in points (×100)",
-                 f"level: the interval inside ±{self._margin():.1f}"]
+                 f"level: the whole interval between -{self._margin():.1f} and +{self._margin():.1f}"]
         if any(re.search(r"\.\d\d", row[2]) for row in rows):
             parts.append(f"two decimals: an end that would round to ±{self._margin():.1f}")
         if size > 1:

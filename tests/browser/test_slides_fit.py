@@ -575,7 +575,7 @@ def problem_deck(tmp_path_factory):
     code.outputs = [nbformat.v4.new_output("stream", name="stdout", text="errors: " + ",".join(["8.6e-05"] * 11) + "\n"),
                     nbformat.v4.new_output("display_data", data={"text/html": (
                         '<table class="deck-table verdict-table"><tr><td>a vs b</td></tr></table>'
-                        '<p class="verdict-footer"><small>level: the interval inside ±1.0</small></p>')})]
+                        '<p class="verdict-footer"><small>level: the whole interval between -1.0 and +1.0</small></p>')})]
     figure = {"data": [{"type": "scatter", "x": [1, 2], "y": [1, 2], "name": "Houlsby r=64"},
                        {"type": "scatter", "x": [1, 2], "y": [2, 1], "name": "LoRA r=8"}],
               "layout": {"title": {"text": "Two methods"}, "xaxis": {"title": {"text": "step"}},
