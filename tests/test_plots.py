@@ -286,3 +286,14 @@ def test_the_span_ablation_heatmap_gives_its_scores_as_the_title_s_subtitle():
     title = plots.span_ablation_figure(ablation, majority=0.51, backbone="tiny").layout.title
     assert title.text == "Adapters switched off in layers first…last, tiny"  # a slide heading of its own
     assert title.subtitle.text == "all on 0.863; all off 0.700; majority class 0.510"
+
+
+def test_a_setting_is_drawn_in_a_colour_no_method_and_no_task_has():
+    """Lab 7 drew Houlsby adapters under two settings in Houlsby's blue and LoRA's orange, and one setting on an
+    SST-2 figure in blue: a reader took orange for LoRA and blue for SST-2. Settings, recurring or not, wear
+    colours of their own, and two settings in one figure differ."""
+    taken = {colour for colour, _ in plots.METHOD_STYLES.values()} | set(plots.TASK_COLORS)
+    labels = ["pooler trained", "pooler frozen", "300 steps, lr 1e-3", "three epochs, tuned rate"]
+    colours = [colour for colour, _, _ in plots._styles(labels)]
+    assert len(set(colours)) == 4 and not set(colours) & taken, colours
+    assert [colour for colour, _, _ in plots._styles(labels[2:])] == colours[2:], "the same colour in every figure"

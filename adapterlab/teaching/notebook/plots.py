@@ -25,10 +25,14 @@ COLORS = {"frozen": "#d9d9d9", "adapter": "#f28e2b", "layernorm": "#a0c4e8", "he
 LINE_COLORS = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#b07aa1"]
 #: Two tasks side by side (lab 11), in colours no method uses.
 TASK_COLORS = ["#59a14f", "#555555"]
+#: Series that are no method and no task (a setting: the pooler trained or frozen, a schedule), in colours that
+#: no method and no task uses: a lab 7 figure of Houlsby adapters under two settings drew them in Houlsby's
+#: blue and LoRA's orange, and a single setting on an SST-2 figure read as SST-2 drawn in blue.
+SETTING_COLORS = ["#b6992d", "#d37295", "#79706e", "#4b4b8f"]
 #: Series that are no method but recur across figures, each in one colour: the tasks (lab 11's colours, which
 #: no method uses) and the pooler's two choices (lab 7 drew "pooler trained" blue alone, orange beside "frozen").
-SERIES_COLORS = {"sst-2": TASK_COLORS[0], "cola": TASK_COLORS[1], "pooler trained": "#4e79a7",
-                 "pooler frozen": "#f28e2b"}
+SERIES_COLORS = {"sst-2": TASK_COLORS[0], "cola": TASK_COLORS[1], "pooler trained": SETTING_COLORS[0],
+                 "pooler frozen": SETTING_COLORS[1]}
 #: One colour per nonlinearity in every figure of the course (labs 1 and 3 draw them in different orders).
 ACTIVATION_COLORS = {"gelu": "#4e79a7", "relu": "#f28e2b", "identity": "#59a14f", "tanh": "#e15759",
                      "silu": "#76b7b2", "sigmoid": "#b07aa1"}
@@ -89,12 +93,13 @@ def series_color(label: str) -> str | None:
 def _styles(labels) -> list[tuple[str, str, str]]:
     """(colour, marker, line dash) per label: a method's own colour and marker, a solid line for its first
     trace and a dashed one for the next (LoRA r=8, then LoRA r=64); a recurring series its own colour; other
-    labels take LINE_COLORS in turn."""
+    labels (settings of one method) take the SETTING_COLORS no recurring series has, in turn."""
+    spare = [colour for colour in SETTING_COLORS if colour not in SERIES_COLORS.values()]
     styles, seen, others = [], set(), 0
     for label in labels:
         style = method_style(label) or (series_color(label) and (series_color(label), "circle"))
         if style is None:
-            style = (LINE_COLORS[others % len(LINE_COLORS)], "circle")
+            style = (spare[others % len(spare)], "circle")
             others += 1
         styles.append((*style, "dash" if style in seen else "solid"))
         seen.add(style)
