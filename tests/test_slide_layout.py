@@ -798,14 +798,41 @@ def test_a_run_summary_that_repeats_what_the_run_printed_first_shows_those_lines
 def test_a_question_with_its_choices_keeps_the_sentence_before_it_up_to_the_prediction_budget(tmp_path):
     """Four short choices read at a glance: a question a few words over a prose slide's budget keeps the sentence
     that says what it asks about (lab 7's "In 300 steps r = 2 stayed at MCC 0" went to the notes)."""
-    from adapterlab.slide_layout import PREDICTION_WORDS, PROSE_WORDS, prose_words
+    from adapterlab.slide_layout import WHOLE_WORDS, PROSE_WORDS, prose_words
 
     context = "CONTEXT-SENTENCE in three hundred steps the small adapter stayed at zero in every seed."
     question = "Tuned and trained three epochs, where does it end, by the course's rule?"
     choices = "\n\n" + "\n".join(f"* ({letter}) ahead of it and level with it" for letter in "abcd")
     source = f"**Predict.** {context} {question}{choices}"
-    assert PROSE_WORDS < prose_words(source) <= PREDICTION_WORDS
+    assert PROSE_WORDS < prose_words(source) <= WHOLE_WORDS
     deck = export(tmp_path, [cell("md", "## Later", "slide"), cell("md", source, "slide", tags=["prediction"]),
                              cell("code", 'my_prediction = ""', "skip", tags=["prediction"])])
     [asked] = [slide for slide in deck.slides if "course's rule" in slide["text"]]
     assert "CONTEXT-SENTENCE" in asked["text"] and "CONTEXT-SENTENCE" not in asked["notes"]
+
+
+def test_a_short_list_that_moves_takes_the_sentence_that_leads_into_it(tmp_path):
+    """"… so it must meet two rules:" at the foot of one slide and the rules on the next read as a slip: the
+    sentence that leads into a list that moves goes with it; a list that fits beside its lead stays."""
+    paragraph = " ".join(["The module goes into every layer of a pretrained network."] * 3) + " LEAD-IN it must meet three rules:"
+    items = "\n".join(f"* **ITEM-{n}.** It changes the hidden state by less than five percent of its norm." for n in range(3))
+    deck = export(tmp_path, [cell("md", f"## Exercise\n\n{paragraph}\n\n{items}", "slide")])
+    [listed] = [slide for slide in deck.slides if "ITEM-0" in slide["text"]]
+    assert all(f"ITEM-{n}" in listed["text"] for n in range(3)) and "LEAD-IN" in listed["text"]
+    [opened] = [slide for slide in deck.slides if "every layer" in slide["text"]]
+    assert opened is not listed and "LEAD-IN" not in opened["text"] + opened["notes"]
+
+
+def test_a_long_source_listing_is_paged_between_statements_never_inside_one():
+    """A listing cut by height alone left "fused=…))" alone at the top of a slide, its call on the slide before:
+    pages end where a statement does (a comment stays with the code under it)."""
+    from adapterlab.slide_layout import _stream_pages
+
+    body = "".join(f"    value_{i} = compute(\n        first_{i},\n        second_{i},\n    )\n" for i in range(12))
+    listing = "def long_function(argument):\n    # the comment that explains the call below it\n" + body
+    pages = [page["text"] for page in _stream_pages(nbformat.v4.new_output("stream", name="stdout", text=listing))]
+    assert len(pages) > 1 and "".join(pages) == listing, "every line once, in order"
+    for page in pages[1:]:
+        first = page.splitlines()[0]
+        assert first.lstrip().startswith(("value_", "#")), f"a page opens inside a statement: {first!r}"
+    assert all(not page.rstrip("\n").splitlines()[-1].lstrip().startswith("#") for page in pages)

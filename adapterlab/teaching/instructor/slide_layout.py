@@ -58,7 +58,9 @@ CODE_LINE_PX, CODE_CHARS = 28, 96  # code and text outputs at 21 px (DejaVu Sans
 FIGURE_FONT_PX = 18  # the smallest text in a figure (axis titles, ticks, legend)
 HEADING_PX = 60
 PROSE_WORDS = 55  # words of prose a slide shows (the browser tests allow about 60); the rest goes to its notes
-PREDICTION_WORDS = 60  # a question's four short choices are read at a glance: the sentence before it keeps its place
+#: A question with its choices, or a short list with the paragraph that leads into it, may run to this many words
+#: to stay whole on one slide (short choices and items are read at a glance; the browser tests allow about 60)
+WHOLE_WORDS = 60
 MIN_ROOM_WORDS = 20  # a markdown cell joining a slide with less room than this starts a slide of its own
 SHORT_LIST_ITEMS = 3  # a list this short is never cut between two slides where a slide can show it whole
 MIN_ITEM_WORDS = 6  # the room a paragraph leaves for each item of a list after it
@@ -566,8 +568,16 @@ def _split_prose(markdown: str, room: int, prediction: bool) -> tuple[str, str, 
             while fit < len(items) and (used + prose_words(firsts[fit]) <= room or not (fit or used)):
                 used += prose_words(firsts[fit])
                 fit += 1
-            if before and fit < len(items) <= SHORT_LIST_ITEMS and sum(map(prose_words, firsts)) <= PROSE_WORDS:
-                fit, used = 0, before  # a short list is read as one: it moves whole to the next slide
+            whole = sum(map(prose_words, firsts))
+            if before and fit < len(items) <= SHORT_LIST_ITEMS and before + whole <= room + WHOLE_WORDS - PROSE_WORDS:
+                fit, used = len(items), before + whole  # a short list is read as one: it stays whole beside its lead
+            elif before and fit < len(items) <= SHORT_LIST_ITEMS and whole <= PROSE_WORDS:
+                fit, used = 0, before  # ... or it moves whole to the next slide
+                lead = _sentences(shown[-1]) if shown and i and shown[-1] == blocks[i - 1] else []
+                if len(lead) > 1 and lead[-1].endswith(":") and not blocks[i - 1].startswith("#") \
+                        and prose_words(lead[-1]) + whole <= PROSE_WORDS:
+                    shown[-1] = " ".join(lead[:-1])  # the sentence that leads into it ("… two rules:") goes too
+                    items = [lead[-1] + "\n", *items]
             if fit:
                 shown.append("\n".join(firsts[:fit]))
                 if firsts[:fit] != items[:fit]:
@@ -618,7 +628,7 @@ def _within_words(cells):
         started = True
         shown.append(cell)
         asks = PREDICTION_TAG in tags(cell)
-        budget = PREDICTION_WORDS if asks else PROSE_WORDS
+        budget = WHOLE_WORDS if asks else PROSE_WORDS
         if used + words > budget:
             room = max(budget - used, MIN_SENTENCE_WORDS)
             cell.source, moved, carried = _split_prose(cell.source, room, asks)
@@ -844,7 +854,9 @@ def _split_outputs(cell):
 
 
 def _stream_pages(output) -> list:
-    """A text output taller than a slide, cut into outputs that each fit one (a source listing, a long log)."""
+    """A text output taller than a slide, cut into outputs that each fit one (a source listing, a long log).
+    A page ends where a statement does, if one ends in its second half: after a blank line, or before a line
+    that opens outside every bracket and docstring (a listing cut inside ``return f(a,`` left ``b)`` alone)."""
     if output.get("output_type") != "stream" or output_height(output) <= SLIDE_BUDGET_PX:
         return [output]
     room = (SLIDE_BUDGET_PX - CELL_GAP_PX) // CODE_LINE_PX
@@ -852,12 +864,37 @@ def _stream_pages(output) -> list:
     for line in output["text"].splitlines(keepends=True):
         height = _wrapped_lines(line, CODE_CHARS)
         if lines and used + height > room:
-            pages.append("".join(lines))
-            lines, used = [], 0
+            cut = _statement_end(lines)
+            pages.append("".join(lines[:cut]))
+            lines = lines[cut:]
+            used = sum(_wrapped_lines(kept, CODE_CHARS) for kept in lines)
         lines.append(line)
         used += height
     pages.append("".join(lines))
     return [_with_text(output, text) for text in pages]
+
+
+def _statement_end(lines: list[str]) -> int:
+    """Where to end a page of `lines`: in its second half, the last place where a block ends (after a blank
+    line, or before a line at the margin), else the last where a statement ends (before a line that starts
+    outside every bracket and docstring), else after its last line."""
+    depth, quoted, blocks, statements = 0, False, [], []
+    comment = None  # the indent of the comment the line before belongs to (a comment stays with its code)
+    for index, line in enumerate(lines):
+        if index and not quoted and depth <= 0 and comment is None and index >= len(lines) // 2:
+            statements.append(index)
+            if not lines[index - 1].strip() or line[:1].strip() or not line.strip():
+                blocks.append(index)
+        indent = len(line) - len(line.lstrip())
+        if line.lstrip().startswith("#"):
+            comment = indent
+        elif comment is not None and not (line.strip() and indent > comment):  # deeper: the comment, wrapped
+            comment = None
+        if line.count('"""') % 2:
+            quoted = not quoted
+        if not quoted and comment is None:
+            depth += sum(line.count(c) for c in "([{") - sum(line.count(c) for c in ")]}")
+    return (blocks or statements or [len(lines)])[-1]
 
 
 _HTML_TABLE = re.compile(r"(?s)^(<table[^>]*>)(<caption>.*?</caption>)?(<thead>.*?</thead>)?<tbody>(.*)</tbody></table>(.*)$")
