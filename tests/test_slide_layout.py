@@ -836,3 +836,14 @@ def test_a_long_source_listing_is_paged_between_statements_never_inside_one():
         first = page.splitlines()[0]
         assert first.lstrip().startswith(("value_", "#")), f"a page opens inside a statement: {first!r}"
     assert all(not page.rstrip("\n").splitlines()[-1].lstrip().startswith("#") for page in pages)
+
+
+def test_a_lead_in_moved_to_the_notes_ends_as_a_sentence_there(tmp_path):
+    """"… The stored runs of these five methods:" as the last words of a note read as cut off mid-thought: the
+    slide shows what it introduces, so in the notes it ends with a full stop."""
+    paragraph = " ".join(["The protocol chooses each rate on sentences kept out of training."] * 5)
+    deck = export(tmp_path, [cell("md", f"## The runs\n\n{paragraph}\n\nLEAD-IN the stored runs of these five methods:",
+                                  "slide"), cell("code", "show()", "-", [stream("TABLE\n")])])
+    [slide] = [slide for slide in deck.slides if "TABLE" in slide["text"]]
+    notes = " ".join(slide["notes"].split())
+    assert "LEAD-IN the stored runs of these five methods." in notes and not notes.endswith(":")

@@ -632,8 +632,8 @@ def _within_words(cells):
         if used + words > budget:
             room = max(budget - used, MIN_SENTENCE_WORDS)
             cell.source, moved, carried = _split_prose(cell.source, room, asks)
-            if moved:
-                shown.append(_markdown_cell(moved, "notes"))
+            if moved:  # a lead-in moved here ("… show what it costs:") introduces what the slide shows: it ends
+                shown.append(_markdown_cell(re.sub(r":\s*$", ".", moved), "notes"))  # as a sentence in the notes
                 shown[-1].metadata[OVERFLOW_KEY] = True  # the cell's own words, not notes about a result
             if carried:
                 rest = _markdown_cell(carried, "subslide")
