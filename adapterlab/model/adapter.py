@@ -132,19 +132,6 @@ class BottleneckAdapter(nn.Module):
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         return h + self.delta(h)
 
-    def plus_residual(self, h: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        """Adapter(h) + residual, for inference: the up-projection is added into h + residual by one matrix
-        product (``addmm``) instead of being made apart and added twice, which saves a pass over the hidden
-        states and a temporary of their size (on BERT-base at batch 32 about a third of the adapters'
-        inference overhead; ``benchmarks/inference.py``). The same sum, added in another order: equal to
-        float round-off, and exactly ``h + residual`` where W_up and b_up are zero."""
-        hidden = self.act(self.down(h))
-        total = h + residual
-        flat = torch.addmm(total.reshape(-1, self.d_model), hidden.reshape(-1, self.bottleneck), self.up.weight.t())
-        if self.up.bias is not None:
-            flat.add_(self.up.bias)
-        return flat.view(total.shape)
-
     @property
     def is_linear(self) -> bool:
         """True when f is the identity: then the adapter is h ↦ (I + W_up W_down) h + c."""

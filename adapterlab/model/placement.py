@@ -213,8 +213,6 @@ class AdaptedOutput(nn.Module):
         h = self.dropout(self.dense(hidden_states))
         if self.mode == "serial" and self.reads_add_norm:
             return self.LayerNorm(h + self.adapter.delta(self.LayerNorm(h + input_tensor)) + input_tensor)
-        if self.mode == "serial" and torch.is_inference_mode_enabled() and not _hooked(self.adapter, self.adapter.up):
-            return self.LayerNorm(self.adapter.plus_residual(h, input_tensor))  # inference: one pass fewer
         if self.mode == "serial":
             h = self.adapter(h)
         else:
@@ -224,15 +222,6 @@ class AdaptedOutput(nn.Module):
     def extra_repr(self) -> str:
         reads = ", reads_add_norm=True" if self.reads_add_norm else ""
         return f"mode={self.mode}, scale={self.scale}{reads}, enabled={self.enabled}"
-
-
-def _hooked(*modules: nn.Module) -> bool:
-    """Whether a forward hook watches any of `modules` (or every module): then the adapter runs module by
-    module, so that the hook sees what it expects (lab 5 reads each correction at the up-projection)."""
-    from torch.nn.modules import module as torch_module
-
-    hooks = (torch_module._global_forward_hooks, torch_module._global_forward_pre_hooks)
-    return any(hooks) or any(m._forward_hooks or m._forward_pre_hooks for m in modules)
 
 
 def encoder_layers(model: nn.Module) -> nn.ModuleList:
