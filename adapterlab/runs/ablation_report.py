@@ -190,7 +190,7 @@ class StoredAblations:
         }
         lines = []
         for name, paper in PAPER_SHAPE.items():
-            lines += [f"{paper.what}:", f"    paper ({paper.source}): {paper.value}", f"    ours: {ours[name]}"]
+            lines += [f"{paper.what}:", f"    {paper.source}: {paper.value}", f"    ours: {ours[name]}"]
         control = (f"{_show(np.array(self.control.values))} (best score on every dev row; the adapted model "
                    f"there: {_show(np.array(self.trained_row().values))})" if self.control.n > 1 else "not stored")
         lines.append(f"    control, {CONTROL_WHAT}: {control}")
