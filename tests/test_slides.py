@@ -222,3 +222,27 @@ def test_a_copy_that_fails_for_many_files_names_a_few_one_line_each(tmp_path, ca
     assert lines[3] == "  ... and 37 more" and len(lines) == 5
     assert lines[4].startswith(f"adapterlab slides: cannot write slides to {out}: 40 files failed (no space left")
     assert "Errno" not in lines[4] and "(" not in lines[4].split("failed", 1)[0] and len(lines[4]) < 200
+
+
+#: The package's readers of stored runs (a lab that calls one shows numbers trained before the lecture).
+_STORED_READERS = r"seed_rows|lab_rows|stored_runs|tuned_rows|budget_rows|stored_lookup|tradeoff_points|open_set"
+_TASK_NAMES = {"sst2": "SST-2", "cola": "CoLA"}
+
+
+@pytest.mark.parametrize("lab", all_labs(), ids=lambda path: path.stem)
+def test_the_title_slides_name_every_task_whose_stored_runs_the_lab_reads(lab):
+    """Lab 7's slide 2 named only CoLA's data while half the deck showed stored SST-2 runs: a lab declares the
+    tasks of the stored runs it reads, and the title slides name them."""
+    from adapterlab.slide_layout import deck_title
+
+    nb = nbformat.read(lab, as_version=4)
+    code = "\n".join(cell.source for cell in nb.cells if cell.cell_type == "code")
+    read = {_TASK_NAMES[task] for task in re.findall(rf'\b(?:{_STORED_READERS})\(\s*"(sst2|cola)"', code)}
+    if "read_stored_ablations(" in code:
+        read.add("SST-2")  # lab 8's span ablations, made at the reference settings on SST-2
+    reads_any = bool(re.search(rf"\b(?:{_STORED_READERS}|read_stored_ablations)\(", code))
+    declared = set(nb.metadata.get("adapterlab", {}).get("stored_runs", []))
+    assert read <= declared and bool(declared) == reads_any, \
+        f"{lab.name} reads stored runs of {sorted(read)} and declares {sorted(declared)}"
+    provenance = deck_title(nb, "", [])["provenance"]
+    assert all(task in provenance.split("stored runs on", 1)[-1] for task in read), provenance

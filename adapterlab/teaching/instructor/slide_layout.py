@@ -649,6 +649,7 @@ RESULT = "result"  # marks the slide that shows a prediction's result under its 
 LESSON = "lesson"  # a folded lesson ("What this teaches") kept with the slide it closes
 #: Set on a prediction cell: the heading its result slides carry, where the section's heading names another topic.
 RESULT_HEADING_KEY = "result_heading"
+STORED_RUNS_KEY = "stored_runs"  # notebook metadata: the tasks whose stored runs the lab reads (the title slides name them)
 RESULT_SUFFIX = " — the result"
 #: The class of an empty mark in the heading of a slide the layout split off one that had no room left.
 CONTINUED_CLASS = "deck-continued"
@@ -931,7 +932,8 @@ def _with_text(output, text: str):
 
 def deck_title(nb, title: str | None, notices: list[str]) -> dict:
     """What the title slides show: the lab's title and its objectives (notebook metadata
-    ``adapterlab.objectives``); then one line on the backbone and data behind the numbers and the
+    ``adapterlab.objectives``); then one line on the backbone, the data and the stored runs (notebook metadata
+    ``adapterlab.stored_runs``) behind the numbers and the
     stand-in notice, once (its first sentence on the slide, all of it in the notes; where the backbone line
     names the model the stand-in replaced, the slide says in plain words that every number is the stand-in's,
     rather than how the hub was configured)."""
@@ -948,20 +950,22 @@ def deck_title(nb, title: str | None, notices: list[str]) -> dict:
                     data.append(name)
                 if source not in sources:
                     sources.append(source)
+    metadata = nb.metadata.get("adapterlab", {})
+    stored = [str(task) for task in metadata.get(STORED_RUNS_KEY, [])] if isinstance(metadata, dict) else []
     if backbones or data:
         parts = [f"backbone {'; '.join(backbones)}" if backbones else "no pretrained backbone"]
         parts.append(f"data {', '.join(data)} ({', '.join(sources)})" if data else "no data set")
+        if stored:  # runs trained before the lecture, read from the run store: their tasks, named here too
+            parts.append(f"stored runs on {' and '.join(stored)}, trained on this backbone")
         provenance = "Numbers from: " + "; ".join(parts) + "."
     else:
         provenance = "No pretrained backbone or data set is loaded in this lab: its numbers come from the code on the slides."
     notice = relative_paths(" ".join(dict.fromkeys(" ".join(text.split()) for text in notices)))
-    metadata = nb.metadata.get("adapterlab", {})
     objectives = [str(item) for item in metadata.get("objectives", [])] if isinstance(metadata, dict) else []
     shown = _sentences(notice)[0] if notice else ""  # the slide shows its first sentence, the notes all of it
     wanted = re.search(r"\bstand-in for ([^\s:;,)]+)", " ".join(backbones))
     if notice and wanted:  # the line above names the stand-in: the slide says what that means, not how it happened
-        shown = (f"{wanted.group(1)} was not available where this lab ran: every number in this deck is the "
-                 "stand-in's (the notes hold the lab's notice).")
+        shown = f"{wanted.group(1)} was not available where this lab ran: every number in this deck is the stand-in's."
     return {"title": title or nb.metadata.get("title", ""), "objectives": objectives, "provenance": provenance,
             "notice": notice, "notice_shown": shown}
 
