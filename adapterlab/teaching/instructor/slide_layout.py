@@ -306,12 +306,14 @@ def _later_result(cells, at: int):
     prediction names as its result's (`RESULT_HEADING_KEY`): a table of verdicts a slide or two after the
     means it reads. None where the heading is not one of the notebook's own (it then heads the reveal)."""
     wanted = cells[at].metadata.get("adapterlab", {}).get(RESULT_HEADING_KEY)
+    if not wanted:
+        return None
     for cell in cells[at + 1:]:
         if cell.cell_type != "markdown" or slide_type(cell) == "notes" or cell.metadata.get("deck_removed"):
             continue
         if PREDICTION_TAG in tags(cell) or (slide_type(cell) == "slide" and _HEADING.search(cell.source)):
             return None
-        if wanted and any(found.rstrip(".:") == wanted for found in _HEADING.findall(cell.source)):
+        if any(found.rstrip(".:") == wanted for found in _HEADING.findall(cell.source)):
             return cell
     return None
 
@@ -402,22 +404,21 @@ def _fit_to_slides(cells):
                 piece.outputs = []
                 pieces.insert(0, rest)
                 height = cell_height(piece)
+            outputs_follow = False  # a reveal moved off its question whose outputs go on past its code
             if keep and used + height > SLIDE_BUDGET_PX:
                 set_slide_type(piece, "subslide")  # a reveal that does not fit under what it answers
-                piece.metadata["deck_continued"] = _spilled(keep)
                 piece.metadata.pop("deck_keep_with_previous")
                 used = LABEL_PX
-                if keep is True and shows_code and pieces and _origin(pieces[0]) == _origin(piece):
-                    # its code on this slide, its outputs after: the slide of outputs shows the result
-                    piece.metadata["deck_continued"] = True
-                    keep = "code"
+                # its code on this slide, its outputs after: the slide of outputs shows the result
+                outputs_follow = keep is True and shows_code and pieces and _origin(pieces[0]) == _origin(piece)
+                piece.metadata["deck_continued"] = True if outputs_follow else _spilled(keep)
             elif used and used + height > SLIDE_BUDGET_PX and slide_type(piece) in ("-", "fragment") and not keep:
                 set_slide_type(piece, "subslide")
                 piece.metadata["deck_continued"] = True
                 used = LABEL_PX  # the heading `_label_continuations` repeats above it
             elif piece.metadata.get("deck_continued") and slide_type(piece) == "subslide":
                 used = LABEL_PX
-            if keep == "code" or (keep and slide_type(piece) not in ("slide", "subslide")):
+            if outputs_follow or (keep and slide_type(piece) not in ("slide", "subslide")):
                 revealed = _origin(piece)
             used += height
             fitted.append(piece)
@@ -951,7 +952,8 @@ def deck_title(nb, title: str | None, notices: list[str]) -> dict:
                 if source not in sources:
                     sources.append(source)
     metadata = nb.metadata.get("adapterlab", {})
-    stored = [str(task) for task in metadata.get(STORED_RUNS_KEY, [])] if isinstance(metadata, dict) else []
+    metadata = metadata if isinstance(metadata, dict) else {}
+    stored = [str(task) for task in metadata.get(STORED_RUNS_KEY, [])]
     if backbones or data:
         parts = [f"backbone {'; '.join(backbones)}" if backbones else "no pretrained backbone"]
         parts.append(f"data {', '.join(data)} ({', '.join(sources)})" if data else "no data set")
@@ -961,7 +963,7 @@ def deck_title(nb, title: str | None, notices: list[str]) -> dict:
     else:
         provenance = "No pretrained backbone or data set is loaded in this lab: its numbers come from the code on the slides."
     notice = relative_paths(" ".join(dict.fromkeys(" ".join(text.split()) for text in notices)))
-    objectives = [str(item) for item in metadata.get("objectives", [])] if isinstance(metadata, dict) else []
+    objectives = [str(item) for item in metadata.get("objectives", [])]
     shown = _sentences(notice)[0] if notice else ""  # the slide shows its first sentence, the notes all of it
     wanted = re.search(r"\bstand-in for ([^\s:;,)]+)", " ".join(backbones))
     if notice and wanted:  # the line above names the stand-in: the slide says what that means, not how it happened

@@ -33,6 +33,8 @@ SETTING_COLORS = ["#b6992d", "#d37295", "#79706e", "#4b4b8f"]
 #: no method uses) and the pooler's two choices (lab 7 drew "pooler trained" blue alone, orange beside "frozen").
 SERIES_COLORS = {"sst-2": TASK_COLORS[0], "cola": TASK_COLORS[1], "pooler trained": SETTING_COLORS[0],
                  "pooler frozen": SETTING_COLORS[1]}
+#: The setting colours no recurring series has: other settings take them in turn.
+SPARE_SETTING_COLORS = [colour for colour in SETTING_COLORS if colour not in SERIES_COLORS.values()]
 #: One colour per nonlinearity in every figure of the course (labs 1 and 3 draw them in different orders).
 ACTIVATION_COLORS = {"gelu": "#4e79a7", "relu": "#f28e2b", "identity": "#59a14f", "tanh": "#e15759",
                      "silu": "#76b7b2", "sigmoid": "#b07aa1"}
@@ -93,13 +95,12 @@ def series_color(label: str) -> str | None:
 def _styles(labels) -> list[tuple[str, str, str]]:
     """(colour, marker, line dash) per label: a method's own colour and marker, a solid line for its first
     trace and a dashed one for the next (LoRA r=8, then LoRA r=64); a recurring series its own colour; other
-    labels (settings of one method) take the SETTING_COLORS no recurring series has, in turn."""
-    spare = [colour for colour in SETTING_COLORS if colour not in SERIES_COLORS.values()]
+    labels (settings of one method) take the SPARE_SETTING_COLORS in turn."""
     styles, seen, others = [], set(), 0
     for label in labels:
         style = method_style(label) or (series_color(label) and (series_color(label), "circle"))
         if style is None:
-            style = (spare[others % len(spare)], "circle")
+            style = (SPARE_SETTING_COLORS[others % len(SPARE_SETTING_COLORS)], "circle")
             others += 1
         styles.append((*style, "dash" if style in seen else "solid"))
         seen.add(style)
