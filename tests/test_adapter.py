@@ -75,7 +75,20 @@ def test_forward_is_the_closed_form(activation):
     with torch.no_grad():
         torch.testing.assert_close(adapter(h), expected, rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(adapter.delta(h), expected - h, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(adapter.plain_delta(h), expected - h, rtol=1e-12, atol=1e-12)
     assert adapter.is_linear == (activation == "identity")
+
+
+@pytest.mark.parametrize("shape", [(3, 4, 12), (25, 12), (12,)])
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_the_inference_correction_is_the_modules_bit_for_bit(activation, shape):
+    """plain_delta skips the module calls, not an operation: in float32 the very values of delta."""
+    torch.manual_seed(0)
+    adapter = BottleneckAdapter(12, 5, activation=activation, init="bert")
+    randomise_biases(adapter)
+    h = hidden(shape, dtype=torch.float32)
+    with torch.inference_mode():
+        assert torch.equal(adapter.plain_delta(h), adapter.delta(h))
 
 
 @pytest.mark.parametrize("d, r", [(1, 1), (32, 4), (768, 64), (1024, 64), (384, 48)])

@@ -202,6 +202,84 @@ def test_layer_output_recomputed_by_hand(make_classifier, batch, placement):
         assert (layer_by_hand(layer, x, context, other, scale=2.5) - y).abs().max() > 1e-3
 
 
+def count_plain_forwards(monkeypatch) -> list:
+    """Each call of AdaptedOutput's inference path appends one entry to the list returned."""
+    calls = []
+    plain_forward = AdaptedOutput._plain_forward
+
+    def counted(self, *args):
+        calls.append(self)
+        return plain_forward(self, *args)
+
+    monkeypatch.setattr(AdaptedOutput, "_plain_forward", counted)
+    return calls
+
+
+@pytest.mark.parametrize("placement", ["houlsby", "pfeiffer", "parallel"])
+def test_inference_skips_the_module_calls_and_computes_the_same(make_classifier, batch, monkeypatch, placement):
+    """Without autograd, in eval mode, every adapted sublayer runs as tensor operations, bit for bit the module
+    path; with autograd recording (training) it never does."""
+    calls = count_plain_forwards(monkeypatch)
+    for dtype in (torch.float64, torch.float32):
+        model = make_classifier(dtype=dtype)
+        scale = {"parallel_scale": 2.5} if placement == "parallel" else {}
+        add_adapters(model, placement, bottleneck=R, init="bert", **scale)
+        inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+        calls.clear()
+        by_modules = model(**inputs).logits.detach()
+        assert calls == []
+        with torch.inference_mode():
+            plain = model(**inputs).logits
+        assert len(calls) == len(adapted_outputs(model))
+        assert torch.equal(plain, by_modules)
+
+
+@pytest.mark.parametrize(
+    "watched", ["dense", "dropout", "LayerNorm", "adapter", "adapter.down", "adapter.act", "adapter.up", "all"]
+)
+def test_a_forward_hook_still_sees_its_module_called_in_inference(make_classifier, batch, monkeypatch, watched):
+    """Lab 5 reads each correction with a hook on the up-projection under no_grad: a hook on any part of an
+    adapted sublayer (or on every module) keeps that sublayer on the module path."""
+    calls = count_plain_forwards(monkeypatch)
+    model = make_classifier()
+    add_adapters(model, "houlsby", bottleneck=R, init="bert")
+    seen = []
+    if watched == "all":
+        handles = [nn.modules.module.register_module_forward_hook(lambda m, args, out: seen.append(m))]
+    else:
+        handles = [adapted.get_submodule(watched).register_forward_hook(lambda m, args, out: seen.append(m))
+                   for _, _, adapted in adapted_outputs(model)]
+    logits_of(model, batch)
+    for handle in handles:
+        handle.remove()
+    assert calls == []
+    assert len(seen) >= len(adapted_outputs(model))
+    logits_of(model, batch)
+    assert len(calls) == len(adapted_outputs(model))  # the hooks gone, the inference path again
+
+
+def test_a_dense_layer_replaced_by_another_module_is_called_in_inference(make_classifier, batch, monkeypatch):
+    """A sublayer whose dense layer is no plain nn.Linear (another method wrapped it) runs that module."""
+
+    class Doubled(nn.Linear):
+        def forward(self, x):
+            return 2 * super().forward(x)
+
+    calls = count_plain_forwards(monkeypatch)
+    model, twice = make_classifier(), make_classifier()
+    for m in (model, twice):
+        add_adapters(m, "houlsby", bottleneck=R, init="bert")
+    for (_, _, adapted), (_, _, reference) in zip(adapted_outputs(model), adapted_outputs(twice)):
+        doubled = Doubled(adapted.dense.in_features, adapted.dense.out_features)
+        doubled.load_state_dict(adapted.dense.state_dict())
+        adapted.dense = doubled
+        with torch.no_grad():
+            reference.dense.weight.mul_(2)
+            reference.dense.bias.mul_(2)
+    torch.testing.assert_close(logits_of(model, batch), logits_of(twice, batch))
+    assert len(calls) == len(adapted_outputs(twice))  # only the reference model's sublayers ran plain
+
+
 def test_parallel_scale_zero_is_the_backbone(make_classifier, batch):
     base, model = make_classifier(), make_classifier()
     add_adapters(model, "parallel", bottleneck=R, parallel_scale=0.0)

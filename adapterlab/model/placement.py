@@ -33,7 +33,9 @@ import numbers
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+from torch.nn.modules import module as torch_module
 
 from .adapter import ACTIVATIONS, INIT_SCHEMES, PAPER_INIT_SCALE, BottleneckAdapter
 from ..validation import check_bool, check_choice, check_init_scale, check_positive_int
@@ -210,6 +212,8 @@ class AdaptedOutput(nn.Module):
     def forward(self, hidden_states: torch.Tensor, input_tensor: torch.Tensor) -> torch.Tensor:
         if not self.enabled:
             return self.original(hidden_states, input_tensor)
+        if self._runs_plain():
+            return self._plain_forward(hidden_states, input_tensor)
         h = self.dropout(self.dense(hidden_states))
         if self.mode == "serial" and self.reads_add_norm:
             return self.LayerNorm(h + self.adapter.delta(self.LayerNorm(h + input_tensor)) + input_tensor)
@@ -218,6 +222,41 @@ class AdaptedOutput(nn.Module):
         else:
             h = h + self.scale * self.adapter.delta(input_tensor)
         return self.LayerNorm(h + input_tensor)
+
+    def _runs_plain(self) -> bool:
+        """Whether this forward may run as tensor operations (:meth:`_plain_forward`): for inference only (no
+        autograd recording, dropout off), with the stock modules, and where no forward hook would miss its
+        call (lab 5 reads each correction with a hook on the up-projection)."""
+        if torch.is_grad_enabled() or self.dropout.training:
+            return False
+        adapter = self.adapter
+        if not (type(self.dense) is type(adapter.down) is type(adapter.up) is nn.Linear
+                and type(self.LayerNorm) is nn.LayerNorm):
+            return False
+        if torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks:
+            return False
+        watched = (self.dense, self.dropout, self.LayerNorm, adapter, adapter.down, adapter.act, adapter.up)
+        return not any(module._forward_hooks or module._forward_pre_hooks for module in watched)
+
+    def _plain_forward(self, hidden_states: torch.Tensor, input_tensor: torch.Tensor) -> torch.Tensor:
+        """:meth:`forward` in inference, without a module call: the same operations in the same order (dropout
+        is the identity in eval mode), so the same values bit for bit. At batch 1 on BERT-base the seven
+        calls skipped per sublayer cost about half a point of Houlsby's inference overhead of 6 to 7 %
+        (``benchmarks/inference.py``)."""
+        norm = self.LayerNorm
+
+        def layer_norm(x: torch.Tensor) -> torch.Tensor:
+            return F.layer_norm(x, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
+
+        h = F.linear(hidden_states, self.dense.weight, self.dense.bias)
+        delta = self.adapter.plain_delta
+        if self.mode == "serial" and self.reads_add_norm:
+            return layer_norm(h + delta(layer_norm(h + input_tensor)) + input_tensor)
+        if self.mode == "serial":
+            h = h + delta(h)
+        else:
+            h = h + self.scale * delta(input_tensor)
+        return layer_norm(h + input_tensor)
 
     def extra_repr(self) -> str:
         reads = ", reads_add_norm=True" if self.reads_add_norm else ""
