@@ -223,7 +223,7 @@ def test_inference_skips_the_module_calls_and_computes_the_same(make_classifier,
     for dtype in (torch.float64, torch.float32):
         model = make_classifier(dtype=dtype)
         scale = {"parallel_scale": 2.5} if placement == "parallel" else {}
-        add_adapters(model, placement, bottleneck=R, init="bert", **scale)
+        make_adapters_visible(add_adapters(model, placement, bottleneck=R, **scale))
         inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
         calls.clear()
         by_modules = model(**inputs).logits.detach()
