@@ -7,7 +7,7 @@ sentence) and the 768 × 768 dense layer it follows, each call alone: *warm* rig
 after a pass over a buffer larger than the last-level cache (``--sweep-mb``). A plain copy of the
 up-projection's weight shows how fast those bytes stream when read in order.
 
-    python benchmarks/cold_weights.py            # 2 threads, about a minute
+    python benchmarks/cold_weights.py            # 2 threads, about 15 s
     python benchmarks/cold_weights.py --quick    # smoke run
 """
 
