@@ -249,6 +249,14 @@ FORMULAS_DRAWN = """() => Object.fromEntries([...document.querySelectorAll('.jp-
                                      cell.querySelectorAll('span.math').length]]))"""
 SLIDE_NUMBER = """() => { const n = document.querySelector('.reveal .slide-number');
     return n && n.offsetParent ? n.innerText.replace(/\\s+/g, '') : null; }"""
+# The navigation arrows whose box overlaps the slide number's (reveal.js puts both in the bottom-right corner).
+NUMBER_COVERED_BY = """() => { const box = e => e.getBoundingClientRect();
+    const n = document.querySelector('.reveal .slide-number'); if (!n || !n.offsetParent) return null;
+    const a = box(n);
+    return [...document.querySelectorAll('.reveal .controls button')].filter(b => {
+        const c = box(b);
+        return c.width > 0 && c.left < a.right && a.left < c.right && c.top < a.bottom && a.top < c.bottom;
+    }).map(b => b.className.split(' ')[0]); }"""
 # Every slide at once, while MathJax is still typesetting the first, as an instructor paging ahead might.
 PAGE_THROUGH = "Reveal.getSlides().forEach(slide => { const i = Reveal.getIndices(slide); Reveal.slide(i.h, i.v); })"
 
@@ -275,7 +283,8 @@ def walked(lab, size, browser, offline_page, decks, screenshots) -> dict:
         if size == (1280, 720):
             (screenshots / f"slides-{lab.stem}.png").write_bytes(base64.b64decode(shots[first_figure]))
         _WALKS[key] = {"problems": problems, "legible": legible, "label": label, "total": total,
-                       "number": page.evaluate(SLIDE_NUMBER), "shown": page.evaluate("Reveal.getSlidePastCount() + 1"),
+                       "number": page.evaluate(SLIDE_NUMBER),
+                       "number_covered_by": page.evaluate(NUMBER_COVERED_BY), "shown": page.evaluate("Reveal.getSlidePastCount() + 1"),
                        "figures": page.evaluate("document.querySelectorAll('svg.main-svg').length"),
                        "formulas": page.evaluate(FORMULAS_DRAWN), "text": page.inner_text("body"),
                        "seen": {name: list(seen[name]) for name in ("blocked", "failed", "errors")}}
@@ -300,12 +309,13 @@ def figure_count(nb) -> int:
 def test_deck_opens_offline(lab, browser, offline_page, decks, deck_notebooks, screenshots):
     """reveal.js initialises with as many slides as the notebook's slide metadata asks for (as the lecture layout
     leaves it, plus the title slide), draws its plotly figures (an svg.main-svg per figure), numbers its slides
-    (shown / total, for a lecturer to point at), shows no broken widget, and asks the network for nothing."""
+    (shown / total, for a lecturer to point at) where no navigation arrow covers it, shows no broken widget, and asks the network for nothing."""
     found = walked(lab, (1280, 720), browser, offline_page, decks, screenshots)
     nb, seen = deck_notebooks[lab.stem], found["seen"]
     assert found["total"] == expected_slides(nb)
     assert found["figures"] >= figure_count(nb), f"{found['figures']} figures drawn of {figure_count(nb)}"
     assert found["number"] == f"{found['shown']}/{expected_slides(nb)}", f"the slide number reads {found['number']!r}"
+    assert found["number_covered_by"] == [], f"the navigation arrows {found['number_covered_by']} cover the slide number"
     assert "Error displaying widget" not in found["text"]
     assert seen["blocked"] == [], f"the deck asked the network for {seen['blocked']}"
     assert [f for f in seen["failed"] if not f.startswith(LOCAL_PROBES)] == []
