@@ -722,23 +722,33 @@ def _notes_beside_their_result(groups) -> None:
     """Where the layout cut one slide of the notebook in parts so that an output sits on one part without
     notes and the notes fall on a later part that shows no output (the explanation under a result), the
     notes move onto the output's part: they point at what it shows. So do the notes of an output cut over
-    parts: they go on its first, unless a later part shows a prediction's result. (The words a cell moved to
-    the notes for want of room stay with it.)"""
+    parts: they go on its first, unless a later part shows a prediction's result, or draws the figure the
+    first part does not (a line of text above, the figure on the next slide: notes saying "point at the
+    diagonal" belong with the heatmap). (The words a cell moved to the notes for want of room stay with it.)"""
     for at, group in enumerate(groups):
         if not _shows_output(group["cells"]) or any(slide_type(cell) == "notes" for cell in group["cells"]):
             continue
         shown = {_origin(cell) for cell in group["cells"] if cell.cell_type == "code" and cell.get("outputs")} - {None}
+        target = group
         for later in groups[at + 1:]:
             rest_of_it = any(_origin(cell) in shown for cell in later["cells"] if cell.cell_type == "code")
             if not later["continued"] or (_shows_output(later["cells"]) and not rest_of_it):
                 break
             if later["continued"] == RESULT and rest_of_it:
                 break  # a reveal's outputs on a slide of their own: its notes stay with that result
+            if rest_of_it and target is group and _draws_figure(later["cells"]) and not _draws_figure(group["cells"]):
+                target = later
             notes = [cell for cell in later["cells"] if slide_type(cell) == "notes" and not cell.metadata.get(OVERFLOW_KEY)]
             if notes:
-                later["cells"].remove(notes[0])
-                group["cells"].append(notes[0])
+                if target is not later:
+                    later["cells"].remove(notes[0])
+                    target["cells"].append(notes[0])
                 break
+
+
+def _draws_figure(cells) -> bool:
+    return any(PLOTLY_MIME in output.get("data", {}) for cell in cells if cell.cell_type == "code"
+               for output in cell.get("outputs", []))
 
 
 def _figure_title_as_heading(cells) -> str | None:
