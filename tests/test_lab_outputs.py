@@ -79,25 +79,44 @@ def _colour(trace) -> str | None:
                  if isinstance(trace.get(key, {}).get("color"), str)), None)
 
 
+def _worn(trace) -> list[tuple[str, str]]:
+    """(what is drawn, its colour) for a trace: its name, or each bar's label where the bars differ in colour."""
+    colours = trace.get("marker", {}).get("color")
+    if isinstance(colours, list) and len(colours) == len(trace.get("x", [])):
+        return [(str(label), colour) for label, colour in zip(trace["x"], colours) if isinstance(colour, str)]
+    colour, name = _colour(trace), str(trace.get("name") or "")
+    return [] if colour is None or not name else [(name, colour)]  # unnamed: a named trace's seeds or marks
+
+
+#: What a figure of a model's parts names each part, before any bracket (lab 5's diagram and bars): each keeps its
+#: colour in plots.COLORS.
+PARTS = {"adapter": "adapter", "adapters": "adapter", "layernorm": "layernorm", "layernorms": "layernorm",
+         "classifier": "head", "frozen": "frozen"}
+
+
 @pytest.mark.parametrize("lab", all_labs(), ids=lambda lab: lab.stem)
 def test_every_stored_figure_sets_its_axis_titles_on_lines_that_fit_and_keeps_the_course_s_colours(lab):
     """What the decks and a student see are the stored figures, not what plots.py would draw today: a y-axis
     title longer than the plot is tall is cut on the slide, and a nonlinearity, method, task or pooler choice
-    that changes colour between figures misleads a reader who learnt it from the first one."""
+    that changes colour between figures misleads a reader who learnt it from the first one, and so does a
+    series that is none of them (a batch size, a layer) drawn in a method's or a task's colour."""
     from adapterlab.teaching.notebook import plots
 
+    taken = {colour for colour, _ in plots.METHOD_STYLES.values()} | set(plots.TASK_COLORS)
     for index, figure in stored_figures(lab):
         for name, axis in figure["layout"].items():
             title = axis.get("title", {}) if name.startswith("yaxis") else {}
             text = title.get("text", "") if isinstance(title, dict) else str(title)
             assert all(len(line) <= plots.Y_TITLE_CHARS for line in text.split("<br>")), f"cell {index}: {text!r}"
         for trace in figure["data"]:
-            name, colour = str(trace.get("name") or ""), _colour(trace)
-            if colour is None:
-                continue
-            if plots.series_color(name.removesuffix(": each seed")):
-                assert colour == plots.series_color(name.removesuffix(": each seed")), f"cell {index}: {name} is {colour}"
-            elif name.lower() in plots.ACTIVATION_COLORS:
-                assert colour == plots.ACTIVATION_COLORS[name.lower()], f"cell {index}: {name} is {colour}"
-            elif plots.method_style(name) is not None:
-                assert colour == plots.method_style(name)[0], f"cell {index}: {name} is {colour}"
+            for name, colour in _worn(trace):
+                if plots.series_color(name.removesuffix(": each seed")):
+                    assert colour == plots.series_color(name.removesuffix(": each seed")), f"cell {index}: {name} is {colour}"
+                elif name.lower() in plots.ACTIVATION_COLORS:
+                    assert colour == plots.ACTIVATION_COLORS[name.lower()], f"cell {index}: {name} is {colour}"
+                elif plots.method_style(name) is not None:
+                    assert colour == plots.method_style(name)[0], f"cell {index}: {name} is {colour}"
+                elif part := PARTS.get(name.lower().split(" (")[0]):
+                    assert colour == plots.COLORS[part], f"cell {index}: {name} is {colour}"
+                else:  # no method, task or pooler choice: batch 32 in LoRA's orange reads as LoRA
+                    assert colour not in taken, f"cell {index}: {name!r}, no method or task, wears {colour}"

@@ -297,3 +297,31 @@ def test_a_setting_is_drawn_in_a_colour_no_method_and_no_task_has():
     colours = [colour for colour, _, _ in plots._styles(labels)]
     assert len(set(colours)) == 4 and not set(colours) & taken, colours
     assert [colour for colour, _, _ in plots._styles(labels[2:])] == colours[2:], "the same colour in every figure"
+
+
+def test_series_that_are_no_method_are_drawn_in_greys_that_no_method_or_task_wears():
+    """Lab 9 drew batch 32 in LoRA's orange beside a bar named LoRA, lab 11 a layer in Houlsby's blue, lab 6 the
+    ways of cutting batches in the first three method colours: series that are levels or parts of one thing are
+    greys, two of them told apart at a glance; a bar that names a method keeps its method's colour."""
+    taken = {colour for colour, _ in plots.METHOD_STYLES.values()} | set(plots.TASK_COLORS)
+    assert not set(plots.LEVEL_COLORS) & taken
+    batch = [SimpleNamespace(label=f"batch {n}", rows=lambda: [{"variant": "houlsby", "overhead_percent": 5.0,
+                                                                "median_ms": 60.0}]) for n in (1, 32)]
+    sweep = {"init_scale": [1e-3, 1e-2], "hidden_deviation": [1e-4, 1e-3], "max_logit_change": [1e-3, 1e-2],
+             "deviation": [1e-6, 1e-4], "predicted": [1e-6, 1e-4], "grad_up": [1e-3, 1e-2], "grad_down": [0.0, 1e-5]}
+    drawn = {
+        "overhead": [trace.marker.color for trace in plots.overhead_figure(batch, "overhead").data],
+        "singular values": [trace.marker.color for trace in plots.singular_values_figure(
+            {"layer 4, attention": [3.0, 1.0], "layer 5, ffn": [2.0, 0.5]}, 1).data],
+        "padding": list(plots.padding_figure({"fixed 128": 8.6, "shuffled": 2.0, "grouped": 0.05}, 32).data[0].marker.color),
+        "deviation": [trace.line.color for trace in plots.model_deviation_figure(sweep, "tiny").data],
+        "step zero": [trace.line.color for trace in plots.init_scale_figure(sweep).data],
+    }
+    for name, colours in drawn.items():
+        assert set(colours) <= set(plots.LEVEL_COLORS), f"{name}: {colours}"
+    for name in ("overhead", "singular values", "padding", "deviation"):
+        assert len(set(drawn[name])) == len(drawn[name]), f"{name}: two series share a grey"
+    measured, theory, grad_up, grad_down = drawn["step zero"]
+    assert measured == theory and len({measured, grad_up, grad_down}) == 3, "the theory is drawn as what it predicts"
+    bars = plots.latency_figure({"original": 0.01, "Houlsby r=64": 0.011, "folded": 0.01}, "latency").data[0]
+    assert list(bars.marker.color) == [plots.LEVEL_COLORS[0], plots.METHOD_STYLES["houlsby"][0], plots.LEVEL_COLORS[2]]

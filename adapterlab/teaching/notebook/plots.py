@@ -8,6 +8,7 @@ embeds plotly.js once.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import textwrap
@@ -35,6 +36,10 @@ SERIES_COLORS = {"sst-2": TASK_COLORS[0], "cola": TASK_COLORS[1], "pooler traine
                  "pooler frozen": SETTING_COLORS[1]}
 #: The setting colours no recurring series has: other settings take them in turn.
 SPARE_SETTING_COLORS = [colour for colour in SETTING_COLORS if colour not in SERIES_COLORS.values()]
+#: Series that are levels or parts of one thing, no method, task or setting (batch 1 and batch 32, two layers, the
+#: ways of cutting batches, a model before and after a fold): greys, dark, light, then between, so that no bar or
+#: point reads as a method (lab 9 drew batch 32 in LoRA's orange beside a bar named LoRA).
+LEVEL_COLORS = ["#262626", "#a3a3a3", "#636363"]
 #: One colour per nonlinearity in every figure of the course (labs 1 and 3 draw them in different orders).
 ACTIVATION_COLORS = {"gelu": "#4e79a7", "relu": "#f28e2b", "identity": "#59a14f", "tanh": "#e15759",
                      "silu": "#76b7b2", "sigmoid": "#b07aa1"}
@@ -176,24 +181,25 @@ def model_deviation_figure(sweep: dict, backbone: str) -> go.Figure:
     """A whole model's last-hidden-state deviation and max |Δlogit| against the adapters' init scale."""
     fig = go.Figure()
     fig.add_scatter(x=sweep["init_scale"], y=sweep["hidden_deviation"], mode="lines+markers",
-                    name="‖ΔH‖ / ‖H‖, last hidden state", line_color=LINE_COLORS[0])
+                    name="‖ΔH‖ / ‖H‖, last hidden state", line_color=LEVEL_COLORS[0])
     fig.add_scatter(x=sweep["init_scale"], y=sweep["max_logit_change"], mode="lines+markers",
-                    name="max |Δlogit|", line_color=LINE_COLORS[3])
+                    name="max |Δlogit|", line_color=LEVEL_COLORS[1])
     _mark_init_scales(fig)
     return _layout(fig, f"How far adapters move {backbone} at step zero", "init scale σ (log)",
                    "change (relative, or logit units; log)", log_x=True, log_y=True)
 
 
 def init_scale_figure(sweep: dict, current: dict | None = None) -> go.Figure:
-    """One adapter: deviation (measured and small-σ theory) and step-zero gradient norms against σ."""
+    """One adapter: deviation (measured, and its small-σ theory dashed in the same grey) and step-zero gradient
+    norms against σ."""
     fig = go.Figure()
     series = [
-        ("deviation", "‖A(h) − h‖ / ‖h‖ (measured)", "solid", 3),
-        ("predicted", "σ² theory: ½·v·σ²·√(rd)", "dash", 2),
-        ("grad_up", "‖∂L/∂W_up‖", "solid", 5),
-        ("grad_down", "‖∂L/∂W_down‖", "dot", 2),
+        ("deviation", "‖A(h) − h‖ / ‖h‖ (measured)", "solid", 3, LEVEL_COLORS[0]),
+        ("predicted", "σ² theory: ½·v·σ²·√(rd)", "dash", 2, LEVEL_COLORS[0]),
+        ("grad_up", "‖∂L/∂W_up‖", "solid", 5, LEVEL_COLORS[1]),
+        ("grad_down", "‖∂L/∂W_down‖", "dot", 2, LEVEL_COLORS[2]),
     ]
-    for (key, name, dash, width), color in zip(series, LINE_COLORS):
+    for key, name, dash, width, color in series:
         fig.add_scatter(x=sweep["init_scale"], y=sweep[key], mode="lines", name=name,
                         line=dict(color=color, dash=dash, width=width))
     if current is not None:
@@ -210,7 +216,7 @@ def singular_values_figure(values: dict, bottleneck: int,
                            title: str = "Singular values: a rank-r update has only r that are not zero") -> go.Figure:
     """Singular values (log) of one or more matrices, e.g. W_up W_down for a linear adapter."""
     fig = go.Figure()
-    for (name, s), color in zip(values.items(), LINE_COLORS):
+    for (name, s), color in zip(values.items(), itertools.cycle(LEVEL_COLORS)):
         s = [max(float(v), 1e-30) for v in s]
         fig.add_scatter(x=list(range(1, len(s) + 1)), y=s, mode="markers", name=name, marker_color=color)
     fig.add_vline(x=bottleneck + 0.5, line_dash="dash", line_color="gray", annotation_text=f"r = {bottleneck}")
@@ -229,9 +235,11 @@ def linear_fit_figure(sweep: dict) -> go.Figure:
 
 
 def latency_figure(seconds: dict, title: str) -> go.Figure:
-    """A bar per variant: median milliseconds per forward pass."""
+    """A bar per variant: median milliseconds per forward pass, in its method's colour where it names one, else in
+    a grey (the model before and after a fold is no method)."""
     names = list(seconds)
-    fig = go.Figure(go.Bar(x=names, y=[1e3 * seconds[n] for n in names], marker_color=[style[0] for style in _styles(names)],
+    colours = [(method_style(name) or (LEVEL_COLORS[k % len(LEVEL_COLORS)],))[0] for k, name in enumerate(names)]
+    fig = go.Figure(go.Bar(x=names, y=[1e3 * seconds[n] for n in names], marker_color=colours,
                            text=[f"{1e3 * seconds[n]:.1f} ms" for n in names], textposition="outside"))
     return _layout(fig, title, "model", "median time per forward pass (ms)")
 
@@ -414,7 +422,7 @@ def live_history():
 def padding_figure(waste: dict, batch_size: int) -> go.Figure:
     """Padding per real token for each way of cutting batches (``waste`` maps a name to padded/real)."""
     names = list(waste)
-    fig = go.Figure(go.Bar(x=names, y=[100 * waste[n] for n in names], marker_color=LINE_COLORS[: len(names)],
+    fig = go.Figure(go.Bar(x=names, y=[100 * waste[n] for n in names], marker_color=[LEVEL_COLORS[k % len(LEVEL_COLORS)] for k in range(len(names))],
                            text=[f"{100 * waste[n]:.0f} %" for n in names], textposition="outside"))
     return _layout(fig, f"Padding in batches of {batch_size}: wasted compute per real token",
                    "how batches are cut", "padded tokens per real token (%)")
@@ -455,7 +463,7 @@ def sweep_figure(rows: list[dict], control: str, title: str, baseline: tuple[str
                     textposition="outside", name=metric)
     else:
         fig.add_scatter(x=[row[control] for row in done], y=[row["value"] for row in done], mode="lines+markers",
-                        name=metric, line_color=LINE_COLORS[0], marker_size=10,
+                        name=metric, line_color=LEVEL_COLORS[0], marker_size=10,
                         customdata=[[row["trained"]] for row in done],
                         hovertemplate="%{x}: %{y:.3f}<br>%{customdata[0]:,} trained parameters<extra></extra>")
     _add_baseline_and_marks(fig, baseline, control)
@@ -555,7 +563,7 @@ def overhead_figure(results: list, title: str) -> go.Figure:
     """Grouped bars: the paired median overhead of each variant over the backbone, per setting
     (``results`` are :class:`adapterlab.latency.LatencyResult`); hover shows the median milliseconds."""
     fig = go.Figure()
-    for result, color in zip(results, LINE_COLORS):
+    for result, color in zip(results, itertools.cycle(LEVEL_COLORS)):
         rows = result.rows()
         fig.add_bar(x=[row["variant"] for row in rows], y=[row["overhead_percent"] for row in rows],
                     name=result.label, marker_color=color,
