@@ -579,6 +579,19 @@ def test_the_notes_of_an_output_cut_over_slides_go_with_its_figure(tmp_path):
     assert "POINT-AT-THE-DIAGONAL" in figure_slide["notes"] and "POINT-AT-THE-DIAGONAL" not in data_slide["notes"]
 
 
+def test_a_slide_never_opens_on_its_heading_alone(tmp_path):
+    """A fragment right under a slide's heading shows with it: lab 3's "Counting floating-point operations" showed
+    only its heading until a key press, which looks broken on a projector. A fragment after words on its slide (a
+    question and its reveal) stays a fragment."""
+    deck = export(tmp_path, [cell("md", "### Counting", "subslide"), cell("code", "COUNT-CODE = 1", "fragment"),
+                             cell("md", "### Asking\n\nWhich way will it go?", "subslide"),
+                             cell("code", "REVEAL-CODE = 2", "fragment")])
+    [counting] = [slide for slide in deck.slides if "COUNT-CODE" in slide["text"]]
+    [asking] = [slide for slide in deck.slides if "REVEAL-CODE" in slide["text"]]
+    assert not any("COUNT-CODE" in fragment for fragment in counting["fragments"])
+    assert any("REVEAL-CODE" in fragment for fragment in asking["fragments"])
+
+
 def test_a_slide_that_opens_on_code_is_headed_by_its_section_and_says_it_continues_it(tmp_path):
     """Two slides in a row under one heading read as a slip when paging: the second says it continues the first."""
     deck = export(tmp_path, [cell("md", "## The section", "slide"), cell("md", "Some words."),

@@ -101,7 +101,7 @@ def small_deck(tmp_path_factory):
     nb.cells = [
         cell("md", "# Title slide", "slide"),
         cell("md", "SPEAKER-NOTE-TEXT", "notes"),
-        cell("md", "## Formula $h + W_{up} f(W_{down} h)$", "slide"),
+        cell("md", "## Formula $h + W_{up} f(W_{down} h)$\n\nRead it from the inside out.", "slide"),
         cell("md", "FRAGMENT-TEXT", "fragment"),
         cell("code", "print(1)", "subslide"),
         cell("code", "SKIPPED_CELL = 1", "skip"),

@@ -196,7 +196,7 @@ class LectureLayout(Preprocessor):
             title_cell.source = heading
             set_slide_type(title_cell, "slide")
             cells.insert(0, title_cell)
-        nb.cells = _label_continuations(_fit_to_slides(cells))
+        nb.cells = _shown_at_once(_label_continuations(_fit_to_slides(cells)))
         resources["deck_title"] = title_slide | {"notes": "\n\n".join(leading_notes)}
         return nb, resources
 
@@ -707,6 +707,25 @@ def _label_continuations(cells):
         if "id" in cell and any(cell["id"] == other.get("id") for other in shown[:number]):
             cell["id"] = f"{cell['id'][:56]}-c{number}"
     return shown
+
+
+def _shown_at_once(cells):
+    """A fragment that would be the first thing under its slide's heading is shown with the heading: a slide that
+    opens on its heading alone looks broken when projected (lab 3's "Counting floating-point operations" showed
+    its code only at the first key press). A prediction's reveal is no such fragment: its question is on the slide."""
+    only_headings = True
+    for cell in cells:
+        kind = slide_type(cell)
+        if kind in ("slide", "subslide"):
+            only_headings = True
+        if kind in ("notes", "skip") or cell.metadata.get("deck_removed"):
+            continue
+        if kind == "fragment" and only_headings:
+            set_slide_type(cell, "-")
+        if cell.cell_type != "markdown" or any(line.strip() and not _HEADING.match(line.strip())
+                                               for line in cell.source.splitlines()):
+            only_headings = False
+    return cells
 
 
 def _origin(cell) -> str | None:
