@@ -3,6 +3,9 @@ widget state, and the stand-in notice at most once per lab."""
 
 from __future__ import annotations
 
+import ast
+import contextlib
+import io
 import json
 import re
 
@@ -120,3 +123,27 @@ def test_every_stored_figure_sets_its_axis_titles_on_lines_that_fit_and_keeps_th
                     assert colour == plots.COLORS[part], f"cell {index}: {name} is {colour}"
                 else:  # no method, task or pooler choice: batch 32 in LoRA's orange reads as LoRA
                     assert colour not in taken, f"cell {index}: {name!r}, no method or task, wears {colour}"
+
+
+@pytest.mark.parametrize("lab", all_labs(), ids=lambda lab: lab.stem)
+def test_every_listing_of_package_code_a_lab_prints_is_today_s_code_and_fits_a_slide_line_by_line(lab):
+    """A cell that prints the package's own source (`inspect.getsource`) shows what the package runs: lab 5 showed
+    a forward without two lines the package had gained. Each line fits the slide's code width, so that no
+    docstring breaks mid-phrase on the deck (lab 3's fold read "computed / in" across two lines)."""
+    from adapterlab.teaching.instructor.slide_layout import CODE_CHARS
+
+    nb = nbformat.read(lab, as_version=4)
+    imports = ast.Module([node for cell in nb.cells if cell.cell_type == "code"
+                          for node in ast.parse(cell.source).body if isinstance(node, (ast.Import, ast.ImportFrom))], [])
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code" or "inspect.getsource(" not in cell.source:
+            continue
+        namespace: dict = {}
+        exec(compile(imports, str(lab), "exec"), namespace)
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            exec(cell.source, namespace)
+        stored = "".join(output.get("text", "") for output in cell.outputs)
+        assert stored == printed.getvalue(), f"cell {index}: the stored listing is not the package's code today"
+        wide = [line for line in stored.splitlines() if len(line) > CODE_CHARS]
+        assert not wide, f"cell {index}: {len(wide)} lines wider than a slide's {CODE_CHARS} characters: {wide[0]!r}"

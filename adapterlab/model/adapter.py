@@ -121,12 +121,14 @@ class BottleneckAdapter(nn.Module):
             nn.init.normal_(weight, std=BERT_INIT_STD)
 
     def delta(self, h: torch.Tensor) -> torch.Tensor:
-        """The correction up(f(down(h))) alone, without the residual (a parallel adapter adds this)."""
+        """The correction up(f(down(h))) alone, without the residual (a parallel adapter
+        adds this)."""
         if h.ndim == 0 or h.shape[-1] != self.d_model:
-            width = "a scalar" if h.ndim == 0 else f"width {h.shape[-1]} (shape {tuple(h.shape)})"
+            shape = f"width {h.shape[-1]} (shape {tuple(h.shape)})" if h.ndim else "a scalar"
             raise ValueError(
-                f"this adapter was built for hidden states of width d_model={self.d_model}, but the input has "
-                f"{width}; pass inputs of shape (..., {self.d_model}) or build the adapter with that d_model"
+                f"this adapter was built for hidden states of width d_model={self.d_model}, "
+                f"but the input has {shape}; pass inputs of shape (..., {self.d_model}) "
+                "or build the adapter with that d_model"
             )
         return self.up(self.act(self.down(h)))
 

@@ -69,23 +69,25 @@ def linear_adapter_matrix(
 
 
 def fold_linear_adapter(dense: nn.Linear, adapter: BottleneckAdapter) -> nn.Linear:
-    """One nn.Linear computing ``adapter(dense(x))`` for a linear adapter that follows ``dense``.
+    """One nn.Linear computing ``adapter(dense(x))`` for a linear adapter after ``dense``.
 
-    ``W' = (I + W_up W_down) W`` and ``b' = (I + W_up W_down) b + W_up b_down + b_up``, computed in
-    float64 and stored in dense's dtype and device. The new layer has a bias when dense or the
-    adapter has one. ``dense`` is left untouched. Raises ValueError for a nonlinear adapter or
-    mismatched widths.
+    ``W' = (I + W_up W_down) W`` and ``b' = (I + W_up W_down) b + W_up b_down + b_up``,
+    computed in float64 and stored in dense's dtype and device. The new layer has a bias
+    when dense or the adapter has one. ``dense`` is left untouched. Raises ValueError for
+    a nonlinear adapter or mismatched widths.
     """
     if not adapter.is_linear:
         raise _nonlinear_error(adapter)
     if adapter.d_model != dense.out_features:
         raise ValueError(
-            f"the adapter's d_model ({adapter.d_model}) must equal dense.out_features ({dense.out_features})"
+            f"the adapter's d_model ({adapter.d_model}) must equal "
+            f"dense.out_features ({dense.out_features})"
         )
     matrix, offset = linear_adapter_matrix(adapter, torch.float64)
     has_bias = dense.bias is not None or adapter.up.bias is not None
     weight = dense.weight
-    folded = nn.Linear(dense.in_features, dense.out_features, bias=has_bias, device=weight.device, dtype=weight.dtype)
+    folded = nn.Linear(dense.in_features, dense.out_features, bias=has_bias,
+                       device=weight.device, dtype=weight.dtype)
     with torch.no_grad():
         folded.weight.copy_(matrix @ weight.double())
         if has_bias:

@@ -216,7 +216,8 @@ class AdaptedOutput(nn.Module):
             return self._plain_forward(hidden_states, input_tensor)
         h = self.dropout(self.dense(hidden_states))
         if self.mode == "serial" and self.reads_add_norm:
-            return self.LayerNorm(h + self.adapter.delta(self.LayerNorm(h + input_tensor)) + input_tensor)
+            z = self.LayerNorm(h + input_tensor)
+            return self.LayerNorm(h + self.adapter.delta(z) + input_tensor)
         if self.mode == "serial":
             h = self.adapter(h)
         else:

@@ -134,12 +134,15 @@ def missing_by_family(task: str, points: list[Point], backbone: str) -> str:
 
 
 def pareto_front(points: dict) -> list:
-    """The labels of ``points`` (label → (trained parameters, score)) that no other point dominates, from
-    the fewest trained parameters to the most. A point is dominated when another has at most as many
-    parameters and at least its score, and is better in one of the two (lab 10)."""
+    """The labels of ``points`` (label → (trained parameters, score)) that no other point
+    dominates, from the fewest trained parameters to the most. A point is dominated when
+    another has at most as many parameters and at least its score, and is better in one
+    of the two (lab 10)."""
     best, last, front = -math.inf, None, []
-    for label, (count, score) in sorted(points.items(), key=lambda item: (item[1][0], -item[1][1])):
-        if score > best or (count, score) == last:  # an exact twin of a front point dominates nothing, nor is dominated
+    by_count = sorted(points.items(), key=lambda item: (item[1][0], -item[1][1]))
+    for label, (count, score) in by_count:
+        # an exact twin of a front point dominates nothing, nor is dominated
+        if score > best or (count, score) == last:
             front.append(label)
             best, last = max(best, score), (count, score)
     return front

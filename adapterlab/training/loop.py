@@ -278,34 +278,38 @@ class TrainResult:
 
 def configure_optimizer(model: torch.nn.Module, config: TrainConfig, device: torch.device,
                         verbose: bool = False) -> torch.optim.AdamW:
-    """AdamW over the parameters that train, and nothing else: a frozen parameter gets no optimizer state
-    and costs no update. Biases and LayerNorm weights get no weight decay (the BERT convention), so there
-    are two groups; ``verbose`` prints how many tensors and numbers each holds — which is exactly what a
-    method trains."""
+    """AdamW over the parameters that train, and nothing else: a frozen parameter gets
+    no optimizer state and costs no update. Biases and LayerNorm weights get no weight
+    decay (the BERT convention), so there are two groups; ``verbose`` prints how many
+    tensors and numbers each holds — which is exactly what a method trains."""
     decay, no_decay = [], []
     for name, parameter in model.named_parameters():
         if parameter.requires_grad:
-            (no_decay if name.endswith("bias") or "LayerNorm" in name else decay).append(parameter)
+            no_decay_here = name.endswith("bias") or "LayerNorm" in name
+            (no_decay if no_decay_here else decay).append(parameter)
     if verbose:
         for label, group in (("with weight decay", decay), ("without weight decay", no_decay)):
             print(f"{len(group)} tensors {label} ({sum(p.numel() for p in group):,} numbers)")
-    groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    # The fused kernel updates every tensor in one call: much less per-tensor overhead for the ~100 small
-    # adapter tensors; it exists for CPU and CUDA tensors.
+    groups = [{"params": decay, "weight_decay": config.weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    # The fused kernel updates every tensor in one call: much less per-tensor overhead
+    # for the ~100 small adapter tensors; it exists for CPU and CUDA tensors.
     return torch.optim.AdamW([g for g in groups if g["params"]], lr=config.peak_learning_rate,
                              fused=device.type in ("cpu", "cuda"))
 
 
-def train_step(model, batch: dict, optimizer, scheduler, max_grad_norm: float | None, accelerator: Accelerator,
-               precision: str = "fp32") -> torch.Tensor:
-    """One optimizer step: forward (under bf16 autocast when asked; weights stay fp32), backward, clip the
-    gradients, step the optimizer and the schedule, zero the gradients. Returns the loss, not yet read back
-    from the device (reading it is a sync the loop makes only when it needs the number)."""
+def train_step(model, batch: dict, optimizer, scheduler, max_grad_norm: float | None,
+               accelerator: Accelerator, precision: str = "fp32") -> torch.Tensor:
+    """One optimizer step: forward (under bf16 autocast when asked; weights stay fp32),
+    backward, clip the gradients, step the optimizer and the schedule, zero the gradients.
+    Returns the loss, not yet read back from the device (reading it is a sync the loop
+    makes only when it needs the number)."""
     with autocast(precision, batch["input_ids"].device):
         loss = model(**batch).loss
     accelerator.backward(loss)
     if max_grad_norm is not None:
-        accelerator.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], max_grad_norm)
+        trained = [p for p in model.parameters() if p.requires_grad]
+        accelerator.clip_grad_norm_(trained, max_grad_norm)
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
