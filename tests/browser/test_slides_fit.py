@@ -118,9 +118,9 @@ LEGIBLE = """([minText, minCode, minFigure, minColumn, maxWords, otherSlides]) =
         const least = cell.closest('.jp-RenderedMarkdown') ? minText : minCode;
         if (onScreen(cell) < least * factor - 0.25) { problems.push(`table cell ${short(cell)} is ${onScreen(cell).toFixed(1)} px, below ${(least * factor).toFixed(1)}`); break; }
     }
-    // a verdict table's footer (what its words mean) at a figure's smallest size at least
+    // a verdict table's footer (what its words mean) at the size of code and outputs at least
     for (const footer of all('p.verdict-footer').map(p => p.querySelector('small') || p))
-        if (onScreen(footer) < minFigure * factor - 0.25) { problems.push(`table footer ${short(footer)} is ${onScreen(footer).toFixed(1)} px, below ${(minFigure * factor).toFixed(1)}`); break; }
+        if (onScreen(footer) < minCode * factor - 0.25) { problems.push(`table footer ${short(footer)} is ${onScreen(footer).toFixed(1)} px, below ${(minCode * factor).toFixed(1)}`); break; }
     // prose: markdown and the title slide
     const prose = all('.jp-RenderedMarkdown p, .jp-RenderedMarkdown li, .deck-title p, .deck-title li')
         .filter(el => !el.closest('table, pre') && text(el));

@@ -52,7 +52,7 @@ FIGURE_MAX_PX = 560  # the most a figure may ask for (a legend in rows, a note u
 FIGURE_FIT_PX = 360  # a figure counts this high at most: the deck gives it less height where the slide needs it
 TEXT_LINE_PX, TEXT_CHARS = 36, 92  # markdown at 26 px
 TABLE_ROW_PX = 28  # a row of a table output whose cells never wrap, at 21 px (measured in Chromium: 27 px)
-FOOTER_LINE_PX, FOOTER_CHARS = 24, 90  # a verdict table's footer at 18 px, on 86 % of the slide's width (wraps early)
+FOOTER_LINE_PX, FOOTER_CHARS = 24, 90  # a verdict table's footer at 19 px, on 86 % of the slide's width (wraps early)
 FOOTER_MARGIN_PX = 18  # the paragraph's margin above the footer
 CODE_LINE_PX, CODE_CHARS = 28, 96  # code and text outputs at 21 px (DejaVu Sans Mono: 12.6 px a character)
 FIGURE_FONT_PX = 18  # the smallest text in a figure (axis titles, ticks, legend)
@@ -741,33 +741,23 @@ def _notes_beside_their_result(groups) -> None:
     """Where the layout cut one slide of the notebook in parts so that an output sits on one part without
     notes and the notes fall on a later part that shows no output (the explanation under a result), the
     notes move onto the output's part: they point at what it shows. So do the notes of an output cut over
-    parts: they go on its first, unless a later part shows a prediction's result, or draws the figure the
-    first part does not (a line of text above, the figure on the next slide: notes saying "point at the
-    diagonal" belong with the heatmap). (The words a cell moved to the notes for want of room stay with it.)"""
+    parts: they go on its first, unless a later part shows a prediction's result. (The words a cell moved to
+    the notes for want of room stay with it.)"""
     for at, group in enumerate(groups):
         if not _shows_output(group["cells"]) or any(slide_type(cell) == "notes" for cell in group["cells"]):
             continue
         shown = {_origin(cell) for cell in group["cells"] if cell.cell_type == "code" and cell.get("outputs")} - {None}
-        target = group
         for later in groups[at + 1:]:
             rest_of_it = any(_origin(cell) in shown for cell in later["cells"] if cell.cell_type == "code")
             if not later["continued"] or (_shows_output(later["cells"]) and not rest_of_it):
                 break
             if later["continued"] == RESULT and rest_of_it:
                 break  # a reveal's outputs on a slide of their own: its notes stay with that result
-            if rest_of_it and target is group and _draws_figure(later["cells"]) and not _draws_figure(group["cells"]):
-                target = later
             notes = [cell for cell in later["cells"] if slide_type(cell) == "notes" and not cell.metadata.get(OVERFLOW_KEY)]
             if notes:
-                if target is not later:
-                    later["cells"].remove(notes[0])
-                    target["cells"].append(notes[0])
+                later["cells"].remove(notes[0])
+                group["cells"].append(notes[0])
                 break
-
-
-def _draws_figure(cells) -> bool:
-    return any(PLOTLY_MIME in output.get("data", {}) for cell in cells if cell.cell_type == "code"
-               for output in cell.get("outputs", []))
 
 
 def _figure_title_as_heading(cells) -> str | None:
@@ -866,7 +856,9 @@ def _split_code(cell):
 
 def _split_outputs(cell):
     """The cell, followed by output-only copies holding the outputs that do not fit with what precedes them
-    (on a slide that opens with a heading: a cell split off a slide gets one repeated above it)."""
+    (on a slide that opens with a heading: a cell split off a slide gets one repeated above it). Text printed
+    just before a figure that goes to the next slide goes along where both fit: it says what the figure
+    shows (lab 8's "SST-2 dev: 300 of 872 rows" stood alone under the code, its heatmap a slide later)."""
     if cell_height(cell) <= SLIDE_BUDGET_PX - LABEL_PX or not cell.get("outputs"):
         return [cell]
     outputs, cell.outputs = [piece for output in cell.outputs for piece in _table_pages(output) or _stream_pages(output)], []
@@ -877,8 +869,14 @@ def _split_outputs(cell):
         has_content = pieces[-1].outputs or (pieces[-1] is cell and shows_code)
         if has_content and used + height > SLIDE_BUDGET_PX:
             piece = _continued_outputs(cell, str(len(pieces)))
-            pieces.append(piece)
             used = CELL_GAP_PX + LABEL_PX
+            before = pieces[-1].outputs
+            while (PLOTLY_MIME in output.get("data", {}) and before and before[-1].get("output_type") == "stream"
+                   and (len(before) > 1 or shows_code and pieces[-1] is cell)
+                   and used + output_height(before[-1]) + height <= SLIDE_BUDGET_PX):
+                piece.outputs.insert(0, before.pop())
+                used += output_height(piece.outputs[0])
+            pieces.append(piece)
         pieces[-1].outputs.append(output)
         used += height
     return pieces
