@@ -701,8 +701,32 @@ def test_fold_names_the_mistake():
             dense.weight.copy_(folded.weight)
         return folded
 
+    def no_identity_in_the_weight_only(dense, adapter):
+        m, c = matrices(adapter)
+        eye = torch.eye(adapter.d_model)
+        return _folded(dense, m @ dense.weight, (eye + m) @ dense.bias + c)
+
+    def with_bias(bias_of):
+        def fold(dense, adapter):
+            m, c = matrices(adapter)
+            eye = torch.eye(adapter.d_model)
+            return _folded(dense, (eye + m) @ dense.weight, bias_of(dense, adapter, eye + m))
+        return fold
+
+    up, down = (lambda a: a.up), (lambda a: a.down)
+    bias_mistakes = {
+        "leaves out the adapter's own biases": lambda d, a, m: m @ d.bias,
+        "passes through the adapter too": lambda d, a, m: d.bias + up(a).weight @ down(a).bias + up(a).bias,
+        "leaves out b_up": lambda d, a, m: m @ d.bias + up(a).weight @ down(a).bias,
+        "leaves out b_down's contribution": lambda d, a, m: m @ d.bias + up(a).bias,
+        "collect every term that does not multiply x": lambda d, a, m: m @ d.bias + 2 * up(a).bias,
+    }
     _fails(checks.check_fold, no_identity, "dropped the identity")
+    _fails(checks.check_fold, no_identity_in_the_weight_only, "dropped the identity")
     _fails(checks.check_fold, bias_untouched, "weight is right but the bias is not")
+    for named, bias_of in bias_mistakes.items():
+        message = _fails(checks.check_fold, with_bias(bias_of), "weight is right but the bias is not", named)
+        assert "W_up·b_down" not in message and "b' =" not in message, "the check names the piece, not the formula"
     _fails(checks.check_fold, wrong_order, "multiplies W from the left")
     _fails(checks.check_fold, in_place, "in place")
     _fails(checks.check_fold, lambda dense, adapter: nn.Sequential(dense, adapter), "must return one nn.Linear")
@@ -814,6 +838,7 @@ def test_parallel_fold_names_the_mistake():
     _fails(check, lambda p, a, s: right_parallel(p, a, s, identity=1.0), "added an identity")
     _fails(check, lambda p, a, s: right_parallel(p, a, s, transpose=True), "transposed")
     _fails(check, serial, "serial adapter")
+    _fails(check, lambda p, a, s: right_fold(p, a), "serial adapter")  # the serial fold, unscaled, as written for lab 3
     _fails(check, bias_forgotten, "forgot the adapter's bias terms")
     _fails(check, b_down_forgotten, "misses W_up·b_down")
     _fails(check, lambda p, a, s: right_parallel(p, a, s, scale_bias=False), "bias term is not scaled")
@@ -911,8 +936,10 @@ def test_trained_count_names_a_mistake_only_where_the_answer_makes_it_on_every_c
         return right_count(*case, pooler=len(calls) == 1)
 
     message = _fails(checks.check_trained_count, pooler_once, "off by +1,049,600",
-                     "No single mistake we know gives your counts on every case", "in the adapters")
+                     "No single mistake we know gives your counts on every case", "1 adapter in each of its 24 layers")
     assert "counted the pooler" not in message
+    parts = (24 * (2 * 64 * 1024 + 64 + 1024), (2 * 24 + 1) * 2 * 1024, 1024 * 3 + 3)  # the answer, part by part
+    assert not any(f"{part:,}" in message for part in parts), "the parts are named, their counts are the answer"
 
 
 @pytest.mark.parametrize("placement", ["houlsby", "pfeiffer", "parallel"])
@@ -922,8 +949,8 @@ def test_trained_count_checks_every_placement_with_both_layernorm_choices(placem
         return right_count(d, n_layers, r, p, t, num_labels) + 2 * d * ((p, t) == (placement, train_layernorm))
 
     message = _fails(checks.check_trained_count, wrong_for_one_pair, f"placement={placement!r}",
-                     f"train_layernorm={train_layernorm}", "off by +", "in the adapters", "in the classifier")
-    assert ("in the LayerNorms" in message) == train_layernorm
+                     f"train_layernorm={train_layernorm}", "off by +", "in each of its", "and the classifier")
+    assert ("every LayerNorm of the backbone" in message) == train_layernorm
 
 
 def test_trained_count_names_numbers_written_in_for_one_model():
@@ -1029,7 +1056,8 @@ def test_trained_names_name_the_mistake():
     _fails(check, lambda n, p, t: right_names(n, p, t, pooler=True), "included the pooler, but the pooler stays frozen",
            "adapters, LayerNorms and the classifier only")
     _fails(check, lambda n, p, t: right_names(n, p, t, pooler=True, classifier=False), "pooler instead of the classifier")
-    _fails(check, lambda n, p, t: right_names(n, p, t, classifier=False), "left out the classifier")
+    _fails(check, lambda n, p, t: right_names(n, p, t, classifier=False), "left out the classifier:")
+    _fails(check, lambda n, p, t: right_names(n, p, t) - {"classifier.bias"}, "left out the classifier's bias")
     _fails(check, lambda n, p, t: right_names(n, "houlsby", t), "wrong position", "pfeiffer")
     _fails(check, lambda n, p, t: right_names(n, p, t, positions=("output",)), "wrong position", "houlsby")
     _fails(check, lambda n, p, t: right_names(n, p, True), "train_layernorm=False every LayerNorm stays frozen")

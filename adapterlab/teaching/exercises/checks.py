@@ -46,9 +46,9 @@ class CheckFailed(AssertionError):
 
 def _missing(what: str) -> CheckFailed:
     return CheckFailed(
-        f"The answer is missing: {what} still raises NotImplementedError. Write your solution in the "
-        "exercise cell above (replace the `raise ...(...)` stub line), run that cell, "
-        "then run this check again."
+        f"The answer is missing: {what} still raises the exercise's stub (`raise AnswerMissing(...)` in your "
+        "copy, `raise NotImplementedError` where you wrote your own). Write your solution in the exercise cell "
+        "above in place of that line, run that cell, then run this check again."
     )
 
 
@@ -1114,16 +1114,14 @@ def _check_one_fold(name: str, fold_fn, dense, adapter, x) -> None:
         w_up, w_down = adapter.up.weight.double(), adapter.down.weight.double()
         matrix = torch.eye(adapter.d_model, dtype=torch.float64) + w_up @ w_down
         weight = (matrix @ dense.weight.double()).float()
-        if close_enough(got, adapter.delta(dense(x))):
+        if close_enough(got, adapter.delta(dense(x))) or close_enough(
+                folded.weight, (w_up @ w_down @ dense.weight.double()).float()):
             problem = (
-                "You dropped the identity, i.e. the adapter's residual: the folded weight is (I + W_up W_down)·W, "
-                "not W_up W_down·W."
+                "You dropped the identity, i.e. the adapter's residual: the adapter returns its input plus a "
+                "correction, so W itself must stay in the folded weight beside the correction's part."
             )
         elif close_enough(folded.weight, weight):
-            problem = (
-                "The weight is right but the bias is not: b' = (I + W_up W_down)·b + W_up·b_down + b_up "
-                "(the dense bias goes through the adapter too, and the adapter adds its own biases)."
-            )
+            problem = "The weight is right but the bias is not: " + _serial_bias_mistake(folded.bias, dense, adapter)
         else:
             problem = (
                 "Your folded layer's output differs from dense followed by the adapter (largest difference "
@@ -1132,6 +1130,30 @@ def _check_one_fold(name: str, fold_fn, dense, adapter, x) -> None:
                 "W_up W_down, or a bias term used twice."
             )
     raise CheckFailed(problem + size)
+
+
+def _serial_bias_mistake(bias, dense, adapter) -> str:
+    """What a folded bias left out, in words: the check names the missing piece, not the formula the exercise
+    asks for. Everything that does not multiply x is the bias: dense's bias, which passes through the whole
+    adapter, and the adapter's own two biases."""
+    w_up, b_down, b_up = adapter.up.weight.double(), adapter.down.bias.double(), adapter.up.bias.double()
+    matrix = torch.eye(adapter.d_model, dtype=torch.float64) + w_up @ adapter.down.weight.double()
+    through = matrix @ dense.bias.double() if dense.bias is not None else torch.zeros_like(b_up)
+    alone = dense.bias.double() if dense.bias is not None else torch.zeros_like(b_up)
+    mistakes = [
+        (through, "it leaves out the adapter's own biases, which reach the output even where x = 0."),
+        (alone + w_up @ b_down + b_up, "dense's bias is part of the adapter's input, like W·x, so it passes "
+         "through the adapter too."),
+        (through + w_up @ b_down, "it leaves out b_up, the bias the up-projection adds last."),
+        (through + b_up, "it leaves out b_down's contribution: b_down passes through the "
+         "up-projection before it reaches the output."),
+    ]
+    got = bias.double() if bias is not None else torch.zeros_like(b_up)
+    for wrong, message in mistakes:
+        if close_enough(got, wrong):
+            return message
+    return ("collect every term that does not multiply x: dense's bias, which passes through the whole adapter, "
+            "and the adapter's own two biases.")
 
 
 #: How many layer-and-adapter pairs each fold check draws beyond its fixed cases (hypothesis, derandomized: the same
@@ -1274,6 +1296,8 @@ def _check_one_parallel_fold(name: str, fold_fn, projection, adapter, scale, x) 
         right_weight = w + scale * update
         weight_mistakes = [
             (w + update, "You forgot the scale s: the adapter's whole output is multiplied by s, matrix and bias alike."),
+            ((eye + update) @ w, "You folded it as a serial adapter after the projection; a parallel adapter "
+             "reads the projection's input x, not its output, and its output is scaled by s."),
             (w + eye + scale * update, "You added an identity: a parallel adapter has no residual of its own (the "
              "residual around the sublayer is outside this fold), so nothing but the projection carries x through."),
             (w + scale * update.T, "Your low-rank product is transposed: x goes through W_down first, then W_up."),
@@ -1293,11 +1317,12 @@ def _check_one_parallel_fold(name: str, fold_fn, projection, adapter, scale, x) 
             for bias, message in bias_mistakes:
                 if close_enough(folded.bias, bias):
                     raise CheckFailed(message)
-            raise CheckFailed("The weight is right but the bias is not: b' = b + s·(W_up·b_down + b_up). Likely "
-                              "causes: the projection's bias left out or scaled, or b_up counted twice.")
+            raise CheckFailed("The weight is right but the bias is not: the projection keeps its own bias as it is, "
+                              "and the adapter's biases are scaled with the rest of its output. Likely causes: the "
+                              "projection's bias left out or scaled, or b_up counted twice.")
         raise CheckFailed(
             "Your folded layer's output differs from the projection plus the scaled adapter (largest difference "
-            f"{(got - reference).abs().max().item():.2g}); the weight should be W + s·W_up W_down. Likely causes: "
+            f"{(got - reference).abs().max().item():.2g}), and its weight matches no mistake we know. Likely causes: "
             "the scale on part of the product only, W_down W_up in the other order, or the projection's weight "
             "left out."
         )
@@ -1404,11 +1429,10 @@ def _count_or_none(count_fn, case):
 
 
 def _count_parts(d, n_layers, r, placement, train_layernorm, num_labels) -> str:
-    """What a task trains, part by part, in words."""
+    """What a task trains, part by part, in words: which parts, not their counts (those are the answer)."""
     k = AdapterConfig.preset(placement).adapters_per_layer
-    norms = f"{(2 * n_layers + 1) * 2 * d:,} in the LayerNorms" if train_layernorm else "no LayerNorm (frozen)"
-    return (f"{n_layers * k * (2 * r * d + r + d):,} in the adapters ({n_layers} layers × {k} × (2rd + r + d)), "
-            f"{norms} and {d * num_labels + num_labels:,} in the classifier")
+    norms = "every LayerNorm of the backbone" if train_layernorm else "no LayerNorm (they stay frozen)"
+    return f"{k} adapter{'s' if k > 1 else ''} in each of its {n_layers} layers, {norms} and the classifier"
 
 
 _PACKAGE_COUNT = PackageAnswer((bert_counts,), (
@@ -1466,8 +1490,8 @@ def _check_count(name: str, count_fn, case, named: bool = True) -> None:
     where = ("" if named else f"It is right on the {len(TRAINED_COUNT_CASES)} fixed cases; this is the smallest of "
              f"{DRAWN_COUNT_EXAMPLES} drawn models where it is not. ")
     raise CheckFailed(
-        f"{call} returned {got!r}; the model trains {expected:,}, off by {got - expected:+,}. {where}No single "
-        f"mistake we know gives your counts on every case; this one is made of {_count_parts(*case)}: count each "
+        f"{call} returned {got:,}; the model trains {expected:,}, off by {got - expected:+,}. {where}No single "
+        f"mistake we know gives your counts on every case; this model trains {_count_parts(*case)}: count each "
         "part on its own and compare with print(model). Likely causes: a branch of your code that only this "
         "placement or LayerNorm choice reaches, or a size written in for one model."
     )
@@ -1585,6 +1609,10 @@ def _diagnose_names(missing: set, extra: set, existing: set, placement: str, got
     if "pooler" in kinds_extra:
         return f"You included the pooler, but {POOLER_STAYS_FROZEN}."
     if "classifier" in kinds_missing:
+        left_out = sorted(name.split(".")[-1] for name in missing if _name_kind(name) == "classifier")
+        if left_out != ["bias", "weight"]:
+            return (f"You left out the classifier's {' and '.join(left_out)}: the task's own layer is always trained, "
+                    "every parameter of it.")
         return "You left out the classifier: the task's own layer is always trained."
     if "backbone weight" in kinds_extra:
         example = sorted(name for name in extra if _name_kind(name) == "backbone weight")[0]
