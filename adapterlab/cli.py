@@ -434,6 +434,7 @@ def _train_into(args, task, config, staging, saved_methods, save_adapter_set) ->
     )
     from .training import TrainingDiverged, run_experiment
     from .training.backbones import STANDIN
+    from .training.data import get_task
 
     out = Path(args.out)
     keep = False  # a run written whole whose commit failed stays in its staging folder, and the message says so
@@ -450,6 +451,7 @@ def _train_into(args, task, config, staging, saved_methods, save_adapter_set) ->
         def save(folder):
             _save_in_dtype(lambda dtype: save_adapter_set(result.model, folder, backbone=result.backbone_info, dtype=dtype,
                                                           extra={"task": task, "seed": config.seed,
+                                                                 "label_names": list(get_task(task).label_names),
                                                                  "metrics": result.metrics}),
                            result.model, _save_dtype(args))
 
@@ -852,7 +854,7 @@ def _add_interop_commands(commands) -> None:
     export.add_argument("run", metavar="RUN_FOLDER", help="a folder written by `adapterlab train`")
     export.add_argument("--to", required=True, choices=list(TARGETS), help="the library whose format to write")
     export.add_argument("--out", required=True, metavar="DIR", help="a new or empty folder")
-    export.add_argument("--name", default=None, help="the adapter's name in AdapterHub (default: the task)")
+    export.add_argument("--name", default=None, help="the adapter's name in AdapterHub (default: the task, own-... written own_...)")
     export.add_argument("--backbone-tensors", action="store_true",
                         help="AdapterHub: write trained LayerNorms beside the adapter, in "
                              "trained_backbone.safetensors (AdapterHub's adapters have no place for them; loading them "

@@ -29,7 +29,8 @@ import torch
 import transformers
 
 PRESETS = {"DoubleSeqBnConfig": adapters.DoubleSeqBnConfig, "SeqBnConfig": adapters.SeqBnConfig,
-           "ParBnConfig": adapters.ParBnConfig, "LoRAConfig": adapters.LoRAConfig, "VeraConfig": adapters.VeraConfig}
+           "ParBnConfig": adapters.ParBnConfig, "LoRAConfig": adapters.LoRAConfig, "VeraConfig": adapters.VeraConfig,
+           "PrefixTuningConfig": adapters.PrefixTuningConfig}
 
 
 def _batch(job):

@@ -210,7 +210,8 @@ def test_a_peft_ia3_on_adapterlabs_sites_imports_with_the_same_logits(tmp_path):
 def test_peft_s_default_ia3_for_bert_is_refused(tmp_path):
     """PEFT's default for BERT names output.dense, which also matches attention.output.dense."""
     folder, _ = _saved(tmp_path, peft.IA3Config(task_type="SEQ_CLS"))
-    with pytest.raises(InteropError, match="attention.output.dense.*adapterlab's ia3 has no place"):
+    with pytest.raises(InteropError, match=r"attention.output.dense.*adapterlab's ia3 has no place.*matches "
+                                           r"attention.output.dense too: save it again with target_modules=r'"):
         import_set(folder, tmp_path / "imported", backbone=TINY, task="sst2")
 
 
@@ -306,6 +307,8 @@ HUB_REFUSED = {
                     {"head": {"num_labels": 2, "activation_function": "relu"}}, "activation_function='relu'"),
     "a head on the first token without the pooler": ("SeqBnConfig", {"reduction_factor": 4},
                                                      {"head": {"num_labels": 2, "layers": 1}}, "use_pooler=False"),
+    "prefix tuning": ("PrefixTuningConfig", {}, {"head": {"num_labels": 2}, "use_safetensors": False},  # shared tensors
+                      "a prefix_tuning adapter; adapterlab imports AdapterHub's bottleneck adapters"),
 }
 
 

@@ -113,14 +113,17 @@ def _folder(path):
     (lambda train, dev: _write_csv(train, [*ROWS, ("gap", "")]), "train.csv: row 25: the label column .* empty"),
     (lambda train, dev: _write_csv(dev, [("fine", "pos")], header=("text", "text")), "no column 'sentiment'"),
     (lambda train, dev: dev.write_text('text,sentiment\n"fine,pos\n'), r"dev.csv, line 2: unexpected end of data"),
-    (lambda train, dev: dev.write_text("text;sentiment\nfine;pos\n"), "looks separated by ';'"),
+    (lambda train, dev: dev.write_text("text;sentiment\nfine;pos\n"), "separated by ;, not commas"),
+    (lambda train, dev: dev.write_text('text;sentiment\nfine;pos\n"a; b" and ""c"";neg\n'), "line 1: its header"),
+    (lambda train, dev: _write_csv(train, [*ROWS, ("fine", "Pos")]), "'Pos' and 'pos' differ only in capitals"),
     (lambda train, dev: dev.write_text("text,sentiment\n"), "dev.csv: no data rows after the header"),
     (lambda train, dev: dev.write_text("text,sentiment\nfine,pos,extra\n"), "row 1 has 3 fields split by commas"),
     (lambda train, dev: _fifo(dev), "dev.csv: this is a named pipe"),
     (lambda train, dev: _folder(dev), "dev.csv: this is a folder"),
     (lambda train, dev: _write_csv(dev, [("fine", "pos")], header=("sentence", "sentiment")), "no column 'text'"),
     (lambda train, dev: dev.write_bytes(b""), "empty file"),
-    (lambda train, dev: dev.write_bytes("text,sentiment\ncaf\u00e9,pos\n".encode("latin-1")), "not UTF-8"),
+    (lambda train, dev: dev.write_bytes("text,sentiment\nfine,pos\ncaf\u00e9,pos\n".encode("latin-1")),
+     "dev.csv, line 3: not UTF-8"),
     (lambda train, dev: _write_csv(train, [(t, "pos") for t, _ in ROWS]), "one value"),
 ])
 def test_bad_files_are_one_clear_error(damage, message, files):
@@ -260,3 +263,32 @@ def test_f1_on_more_than_two_classes_and_metric_beside_a_glue_task_are_refused(t
     assert main(["train", "--out", str(tmp_path / "run"), "--task", "sst2", "--metric", "f1", "--backbone", TINY]) == USAGE
     assert "--metric f1 scores your own task" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+def test_a_set_trained_on_own_files_exports_with_its_label_names(tmp_path, capsys):
+    """The classes of a task of your own files are known only while its files are read: train records them in the
+    set, so that an export names the classifier's rows "contradict" and "entail", not LABEL_0 and LABEL_1."""
+    from adapterlab.interop.convert import export_set, import_set
+
+    rows = [(f"premise {i}", f"hypothesis {i}", ("entail", "contradict")[i % 2]) for i in range(16)]
+    train = _write_csv(tmp_path / "train.csv", rows, header=("premise", "hypothesis", "label"))
+    dev = _write_csv(tmp_path / "dev.csv", rows[:6], header=("premise", "hypothesis", "label"))
+    own = ["--train-file", str(train), "--dev-file", str(dev), "--text-column", "premise", "hypothesis",
+           "--label-column", "label"]
+    for method, target in (("houlsby", "adapterhub"), ("lora", "peft")):
+        run = tmp_path / method
+        assert main(["train", "--out", str(run), "--backbone", TINY, "--method", method, "--batch-size", "8",
+                     "--no-progress", "--max-steps", "2", *own]) == OK
+        out = export_set(run, target, tmp_path / f"{method}-{target}",  # under its default name
+                         backbone_tensors=target == "adapterhub")
+        record = json.loads((out / "adapterlab_export.json").read_text())
+        assert record["id2label"] == {"0": "contradict", "1": "entail"}, record["id2label"]  # the classes, sorted
+        if target == "adapterhub":
+            assert json.loads((out / "head_config.json").read_text())["label2id"] == {"contradict": 0, "entail": 1}
+        # and back: the set keeps its task and names, and evaluate scores it given the same files
+        back, summary = import_set(out, tmp_path / f"{method}-back")
+        assert summary["task"] == record["task"] and "--train-file" in summary["notes"][-1]
+        assert main(["evaluate", "--checkpoint", str(back), *own]) == OK
+        assert main(["evaluate", "--checkpoint", str(run), *own]) == OK
+        scores = [json.loads(line)["metrics"] for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+        assert scores[-2] == pytest.approx(scores[-1], abs=1e-6), "the round trip keeps the set's numbers"

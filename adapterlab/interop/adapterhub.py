@@ -143,7 +143,8 @@ def write_adapterhub(manifest: dict, tensors: dict[str, torch.Tensor], folder: P
         raise InteropError(f"this is a {method} set, which neither library has a format for: adapters (--to "
                            "adapterhub), LoRA and (IA)³ (--to peft) are exported")
     d, n_layers = manifest["backbone"]["hidden_size"], manifest["backbone"]["num_layers"]
-    name = name or (manifest.get("extra") or {}).get("task") or "adapterlab"
+    # a task of the user's own files is named own-<fingerprint>; its adapter, own_<fingerprint>
+    name = name or ((manifest.get("extra") or {}).get("task") or "adapterlab").replace("-", "_")
     if not name.isidentifier():
         raise InteropError(f"the adapter's name must be a Python identifier (AdapterHub keeps it in a module name); "
                            f"got {name!r}: pass --name")

@@ -139,12 +139,15 @@ def export_record(manifest: dict, target: str) -> dict:
 
 
 def label_names(manifest: dict) -> list[str]:
-    """The names of a set's classifier rows, which export writes: its task's, or transformers' LABEL_0, LABEL_1,
-    ... (no order stated) when the task is not known here (a task of the user's own files, trained in another
-    process)."""
+    """The names of a set's classifier rows, which export writes: those the set records (``train`` records its
+    task's, so a task of the user's own files keeps its labels, which no other process knows), else its task's, or
+    transformers' LABEL_0, LABEL_1, ... (no order stated) when neither is known."""
     from ..training.data import get_task
 
     count = manifest["backbone"]["num_labels"]
+    recorded = (manifest.get("extra") or {}).get("label_names")
+    if isinstance(recorded, list) and len(recorded) == count and all(isinstance(name, str) for name in recorded):
+        return list(recorded)
     try:
         names = get_task((manifest.get("extra") or {}).get("task") or "").label_names
     except ValueError:
@@ -409,6 +412,10 @@ def _check_adapterhub(path: Path, hub: dict):
     if config.get("architecture") == "lora":
         _check_fields(path, config, ADAPTERHUB_CONFIG, within="config.", required=("r",))
         return config["r"]
+    if isinstance(config, dict) and config.get("architecture") is not None:  # prefix tuning, prompt tuning, ...
+        raise InteropError(f"{path.parent}: its adapter is a {config['architecture']} adapter; adapterlab imports "
+                           "AdapterHub's bottleneck adapters (DoubleSeqBn, SeqBn, ParBn) and LoRA, and PEFT's LoRA "
+                           "and IA3: train one of those in the library, or the same task in adapterlab")
     _check_fields(path, config, ADAPTERHUB_CONFIG, within="config.", required=("reduction_factor",))
     _check_fields(path, hub, {}, required=("hidden_size",))
     factor, d = config["reduction_factor"], hub["hidden_size"]

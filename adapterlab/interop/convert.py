@@ -95,7 +95,7 @@ def import_set(folder, out, *, backbone: str | None = None, task: str | None = N
     """
     from ..training.backbones import load_backbone
     from ..methods.checkpoints import save_adapter_set
-    from ..training.data import TASKS, get_task
+    from ..training.data import OWN_PREFIX, TASKS, get_task
     from ..runs.folder import recover_read, writing_run_folder
 
     folder = Path(folder)
@@ -141,6 +141,8 @@ def import_set(folder, out, *, backbone: str | None = None, task: str | None = N
     if task_name is None:
         raise InteropError(f"{folder} does not say which task its classifier was trained on: pass --task "
                            f"({', '.join(TASKS)})")
+    if str(task_name).startswith(OWN_PREFIX) and not task:
+        return _import_own_task(folder, out, overwrite, kind, name, task_name, plan, record)
     spec = get_task(task_name)
     if plan["num_labels"] != spec.num_labels:
         raise InteropError(f"{folder}: its classifier has {plan['num_labels']} labels, the task {spec.name} has "
@@ -165,3 +167,27 @@ def import_set(folder, out, *, backbone: str | None = None, task: str | None = N
     return Path(out), {**summary, **({"notes": plan["notes"]} if plan.get("notes") else {})}
 
 
+
+
+def _import_own_task(folder: Path, out, overwrite: bool, kind: str, backbone: str, task_name: str, plan: dict,
+                     record: dict) -> tuple[Path, dict]:
+    """A set exported from a task of the user's own files: no process knows that task without its files, so the
+    run keeps the task's name and the classifier's rows as the folder names them (export writes them in the
+    task's order); `evaluate` scores it once given the same files."""
+    from ..methods.checkpoints import save_adapter_set
+    from ..runs.folder import writing_run_folder
+    from ..training.backbones import load_backbone
+
+    stated = plan["labels"] or stated_labels(folder / EXPORT_FILE, "id2label", record.get("id2label"))
+    names = list(stated[0]) if stated else [f"LABEL_{row}" for row in range(plan["num_labels"])]
+    seed = record.get("seed") or 0
+    with writing_run_folder(out, overwrite=overwrite, command="import", reads=folder) as staging:
+        model, _, info = load_backbone(backbone, num_labels=plan["num_labels"], fallback=False, seed=seed)
+        plan["apply"](model)
+        save_adapter_set(model, staging, backbone=info,
+                         extra={"task": task_name, "seed": seed, "label_names": names,
+                                "imported_from": {"kind": kind, "folder": str(folder), "base_model": plan["base_model"]}})
+    notes = [*plan.get("notes", []), f"{task_name} is a task of your own files (classes {', '.join(names)}): "
+             "evaluate it with the same --train-file, --dev-file, --text-column and --label-column it was trained with"]
+    return Path(out), {"kind": kind, "method": plan["method"], "backbone": info.loaded, "task": task_name,
+                       "notes": notes}

@@ -398,9 +398,11 @@ def _read_ia3(folder: Path, config: dict) -> dict:
             renamed[match.group(1) + IA3_SITES[match.group(2)]] = tensor.flatten()
             shapes.add((match.group(2), "input" if tensor.shape[0] == 1 else "output"))
         elif name not in head:
-            raise InteropError(f"{folder}: it holds {name}, which adapterlab's ia3 has no place for (it rescales the "
-                               "keys, the values and the FFN's hidden units: target_modules key, value and "
-                               "output.dense, feedforward_modules output.dense)")
+            raise InteropError(f"{folder}: it holds {name}, which adapterlab's ia3 has no place for: it rescales the "
+                               "keys, the values and the FFN's hidden units, not the attention output. PEFT's "
+                               "default IA3Config for BERT names 'output.dense', which matches "
+                               "attention.output.dense too: save it again with "
+                               f"target_modules=r'{IA3_TARGETS}' and feedforward_modules=r'{IA3_FEEDFORWARD}'")
     wanted = {("attention.self.key", "output"), ("attention.self.value", "output"), ("output.dense", "input")}
     if shapes != wanted:
         raise InteropError(f"{folder}: its IA3 rescales {sorted(shapes)} (module, its output or input); adapterlab's "

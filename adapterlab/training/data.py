@@ -117,7 +117,7 @@ def get_task(task: str | TaskSpec) -> TaskSpec:
         return _OWN_TASKS[str(task)]
     if str(task).startswith(OWN_PREFIX):
         raise ValueError(f"{task} is a task of your own files: pass the same --train-file, --dev-file, "
-                         "--text-column and --label-column it was trained with")
+                         "--text-column and --label-column it was trained with (and its --metric, if it was given one)")
     key = str(task).lower().replace("-", "")
     if key not in TASKS:
         raise ValueError(f"task must be one of {', '.join(TASKS)}; got {task!r}")
@@ -307,6 +307,13 @@ def own_task(train_file, dev_file, text_columns, label_column: str, trained_as: 
     if len(values) < 2:
         raise DataError(f"the label column {label_column!r} holds one value ({values}); a classifier needs two or "
                         "more classes", paths[0])
+    spellings: dict[str, list[str]] = {}
+    for value in values:
+        spellings.setdefault(value.casefold(), []).append(value)
+    twins = next((found for found in spellings.values() if len(found) > 1), None)
+    if twins:  # "Positive" and "positive" would train as two classes, each with half the examples
+        raise DataError(f"the labels {' and '.join(map(repr, twins))} differ only in capitals, so they would be "
+                        f"{len(twins)} classes; write each class one way in both files", paths[0])
     if metric == "f1" and len(values) != 2:
         raise DataError(f"F1 scores the second class of a two-class task (as GLUE scores MRPC); the label column "
                         f"{label_column!r} holds {len(values)} classes ({', '.join(values)}): pass --metric accuracy "

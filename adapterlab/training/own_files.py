@@ -46,18 +46,17 @@ def read_rows(path: Path, data: bytes, text_columns: tuple[str, ...], label_colu
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
-        raise DataError(f"not UTF-8 text ({error}); save it as UTF-8", path) from None
+        line = data[:error.start].count(b"\n") + 1
+        raise DataError(f"not UTF-8 text (byte {data[error.start]:#04x} in {data[error.start:error.end + 8]!r}); "
+                        "save it as UTF-8", path, line) from None
     if not text.strip():
         raise DataError("empty file; expected a header row and labelled rows", path)
     kind = FORMATS[path.suffix.lower()]
     columns, rows = _json_rows(path, text) if kind == "json" else _table_rows(path, text, kind)
     missing = [name for name in (*text_columns, label_column) if name not in columns]
     if missing:
-        hint = ""
-        if kind == "csv" and len(columns) == 1 and (";" in columns[0] or "\t" in columns[0]):
-            hint = "; its header looks separated by ';' or tabs: save it comma-separated, or tab-separated as .tsv"
         raise DataError(f"no column {', '.join(map(repr, missing))}; its columns are "
-                        f"{', '.join(map(repr, columns))}{hint}", path)
+                        f"{', '.join(map(repr, columns))}", path)
     if not rows:
         raise DataError("no data rows after the header", path)
     texts, labels = [], []
@@ -71,6 +70,10 @@ def _table_rows(path: Path, text: str, kind: str) -> tuple[list[str], list[dict]
     if kind == "tsv":  # GLUE's layout: no quoting, so a bare '"' stays in the sentence
         table = [line.rstrip("\r").split("\t") for line in text.split("\n")]
     else:
+        header = text.split("\n", 1)[0]
+        if "," not in header and (";" in header or "\t" in header):  # before a quote error deep in the rows
+            raise DataError(f"its header {header.strip()!r} is separated by {'tabs' if chr(9) in header else ';'}, "
+                            "not commas: save it comma-separated, or tab-separated as .tsv", path, 1)
         reader = csv.reader(io.StringIO(text, newline=""), strict=True)
         try:
             table = list(reader)
