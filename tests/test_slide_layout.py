@@ -579,6 +579,19 @@ def test_a_line_printed_before_a_figure_goes_with_it_to_the_figure_s_slide(tmp_p
     assert "POINT-AT-THE-DIAGONAL" in figure_slide["notes"]
 
 
+def test_lines_a_loop_printed_as_several_outputs_are_one_table(tmp_path):
+    """A kernel may store a print loop's lines as several outputs (lab 9's requests, once re-executed): the deck
+    shows them as one block, not the first line as text and the rest as a table cut over two slides."""
+    rows = [f"sst2  positive   {10 + i:4.1f} ms   ROW-{i} a sentence\n" for i in range(6)]
+    outputs = [stream(rows[0]), stream("".join(rows[1:]))]
+    deck = export(tmp_path, [cell("md", "## Each request", "slide"), cell("code", "serve()", "-", outputs)])
+    [slide] = [slide for slide in deck.slides if "ROW-0" in slide["text"]]
+    assert all(f"ROW-{i}" in slide["text"] for i in range(6))
+    html = (tmp_path / "out" / "42_small.slides.html").read_text(encoding="utf-8")
+    assert html.count("ROW-0") == 1 and len(re.findall(r"<table[^>]*>(?:(?!</table>).)*ROW-0", html, re.S)) == \
+        len(re.findall(r"<table[^>]*>(?:(?!</table>).)*ROW-5", html, re.S)), "all six rows in one block"
+
+
 def test_a_slide_never_opens_on_its_heading_alone(tmp_path):
     """A fragment right under a slide's heading shows with it: lab 3's "Counting floating-point operations" showed
     only its heading until a key press, which looks broken on a projector. A fragment after words on its slide (a

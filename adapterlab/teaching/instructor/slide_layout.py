@@ -242,16 +242,25 @@ def _clean_code_cell(cell) -> None:
         for mime in ("text/plain", "text/html", "text/markdown"):
             if mime in data:
                 data[mime] = relative_paths("".join(data[mime]))
-        output = _legible_text(output)
-        data = output.get("data", {})
-        if PLOTLY_MIME in data:
-            legible_figure(data[PLOTLY_MIME])
-            layout = data[PLOTLY_MIME].setdefault("layout", {})
-            layout["height"] = min(layout.get("height") or FIGURE_HEIGHT_PX, FIGURE_MAX_PX)
-            layout.pop("width", None)
-            layout["autosize"] = True
+        if (kept and output.get("output_type") == "stream" and kept[-1].get("output_type") == "stream"
+                and output_height({**output, "text": kept[-1]["text"] + output["text"]}) <= SLIDE_BUDGET_PX - LABEL_PX):
+            kept[-1]["text"] += output["text"]  # a print loop's lines a kernel stored as several outputs: one block
+            continue
         kept.append(output)
-    cell.outputs = kept
+    cell.outputs = [_shown(output) for output in kept]
+
+
+def _shown(output):
+    """An output as the deck shows it: text legible (:func:`_legible_text`), a figure fitted to a slide."""
+    output = _legible_text(output)
+    data = output.get("data", {})
+    if PLOTLY_MIME in data:
+        legible_figure(data[PLOTLY_MIME])
+        layout = data[PLOTLY_MIME].setdefault("layout", {})
+        layout["height"] = min(layout.get("height") or FIGURE_HEIGHT_PX, FIGURE_MAX_PX)
+        layout.pop("width", None)
+        layout["autosize"] = True
+    return output
 
 
 def _legible_text(output):
