@@ -141,19 +141,27 @@ def import_set(folder, out, *, backbone: str | None = None, task: str | None = N
     if task_name is None:
         raise InteropError(f"{folder} does not say which task its classifier was trained on: pass --task "
                            f"({', '.join(TASKS)})")
-    if str(task_name).startswith(OWN_PREFIX) and not task:
-        return _import_own_task(folder, out, overwrite, kind, name, task_name, plan, record)
-    spec = get_task(task_name)
-    if plan["num_labels"] != spec.num_labels:
-        raise InteropError(f"{folder}: its classifier has {plan['num_labels']} labels, the task {spec.name} has "
-                           f"{spec.num_labels}: pass the --task it was trained on")
     # the library's own names for the rows, else those an export recorded (PEFT's folder has no place for them)
     stated = plan["labels"] or stated_labels(folder / EXPORT_FILE, "id2label", record.get("id2label"))
-    order = label_order(stated, spec, folder)
-    if order:
-        plan["notes"].append(f"its classifier's rows scored {', '.join(stated[0])}: they are put in {spec.name}'s "
-                             f"order, {', '.join(spec.label_names)}")
-    task_name = spec.name
+    recorded, order = {}, None
+    if str(task_name).startswith(OWN_PREFIX) and not task:
+        # a task of the user's own files, which no process knows without its files: the run keeps its name and the
+        # rows as the folder names them (export writes them in the task's order); evaluate scores it given the files
+        names = list(stated[0]) if stated else [f"LABEL_{row}" for row in range(plan["num_labels"])]
+        recorded = {"label_names": names}
+        plan["notes"].append(
+            f"{task_name} is a task of your own files (classes {', '.join(names)}): evaluate it with the same "
+            "--train-file, --dev-file, --text-column and --label-column it was trained with")
+    else:
+        spec = get_task(task_name)
+        if plan["num_labels"] != spec.num_labels:
+            raise InteropError(f"{folder}: its classifier has {plan['num_labels']} labels, the task {spec.name} has "
+                               f"{spec.num_labels}: pass the --task it was trained on")
+        order = label_order(stated, spec, folder)
+        if order:
+            plan["notes"].append(f"its classifier's rows scored {', '.join(stated[0])}: they are put in {spec.name}'s "
+                                 f"order, {', '.join(spec.label_names)}")
+        task_name = spec.name
     seed = record.get("seed") or 0
     with writing_run_folder(out, overwrite=overwrite, command="import", reads=folder) as staging:
         model, _, info = load_backbone(name, num_labels=plan["num_labels"], fallback=False, seed=seed)
@@ -161,33 +169,7 @@ def import_set(folder, out, *, backbone: str | None = None, task: str | None = N
         if order:
             reorder_classifier(model, order)
         save_adapter_set(model, staging, backbone=info,
-                         extra={"task": task_name, "seed": seed,
+                         extra={"task": task_name, "seed": seed, **recorded,
                                 "imported_from": {"kind": kind, "folder": str(folder), "base_model": plan["base_model"]}})
     summary = {"kind": kind, "method": plan["method"], "backbone": info.loaded, "task": task_name}
     return Path(out), {**summary, **({"notes": plan["notes"]} if plan.get("notes") else {})}
-
-
-
-
-def _import_own_task(folder: Path, out, overwrite: bool, kind: str, backbone: str, task_name: str, plan: dict,
-                     record: dict) -> tuple[Path, dict]:
-    """A set exported from a task of the user's own files: no process knows that task without its files, so the
-    run keeps the task's name and the classifier's rows as the folder names them (export writes them in the
-    task's order); `evaluate` scores it once given the same files."""
-    from ..methods.checkpoints import save_adapter_set
-    from ..runs.folder import writing_run_folder
-    from ..training.backbones import load_backbone
-
-    stated = plan["labels"] or stated_labels(folder / EXPORT_FILE, "id2label", record.get("id2label"))
-    names = list(stated[0]) if stated else [f"LABEL_{row}" for row in range(plan["num_labels"])]
-    seed = record.get("seed") or 0
-    with writing_run_folder(out, overwrite=overwrite, command="import", reads=folder) as staging:
-        model, _, info = load_backbone(backbone, num_labels=plan["num_labels"], fallback=False, seed=seed)
-        plan["apply"](model)
-        save_adapter_set(model, staging, backbone=info,
-                         extra={"task": task_name, "seed": seed, "label_names": names,
-                                "imported_from": {"kind": kind, "folder": str(folder), "base_model": plan["base_model"]}})
-    notes = [*plan.get("notes", []), f"{task_name} is a task of your own files (classes {', '.join(names)}): "
-             "evaluate it with the same --train-file, --dev-file, --text-column and --label-column it was trained with"]
-    return Path(out), {"kind": kind, "method": plan["method"], "backbone": info.loaded, "task": task_name,
-                       "notes": notes}

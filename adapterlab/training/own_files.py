@@ -72,8 +72,9 @@ def _table_rows(path: Path, text: str, kind: str) -> tuple[list[str], list[dict]
     else:
         header = text.split("\n", 1)[0]
         if "," not in header and (";" in header or "\t" in header):  # before a quote error deep in the rows
-            raise DataError(f"its header {header.strip()!r} is separated by {'tabs' if chr(9) in header else ';'}, "
-                            "not commas: save it comma-separated, or tab-separated as .tsv", path, 1)
+            separator = "tabs" if "\t" in header else ";"
+            raise DataError(f"its header {header.strip()!r} is separated by {separator}, not commas: save it "
+                            "comma-separated, or tab-separated as .tsv", path, 1)
         reader = csv.reader(io.StringIO(text, newline=""), strict=True)
         try:
             table = list(reader)
